@@ -1,0 +1,68 @@
+# Thin targets over the scripts/dsv4warmup package. `make` = set up, fetch a
+# pristine vLLM 0.26.0, apply the series, print the coverage audit.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+RUN := PYTHONPATH=$(CURDIR)/scripts $(PY) -m dsv4warmup
+VLLM_DIR ?=
+MODE ?= apply
+BASE ?= 0.26.0
+TREE_ARG := $(if $(VLLM_DIR),--tree $(VLLM_DIR))
+
+.PHONY: all setup fetch apply check revert status audit test test-gpu lint devtree regen port fingerprints lab clean
+
+all: setup apply audit
+
+$(VENV)/.stamp: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+setup: $(VENV)/.stamp
+
+fetch: setup
+	$(RUN) fetch 0.26.0 0.25.1 0.33.0
+
+apply: setup
+	$(RUN) apply $(TREE_ARG) --mode $(MODE) $(if $(BRANCH),--branch $(BRANCH))
+
+check: setup
+	$(RUN) check $(TREE_ARG)
+
+revert: setup
+	$(RUN) revert $(TREE_ARG)
+
+status: setup
+	$(RUN) status $(TREE_ARG)
+
+audit: setup
+	$(RUN) audit $(if $(JSON),--json-out $(JSON))
+
+# pytest exits 5 when it collected nothing: that is a failure here.
+test: setup
+	$(PY) -m pytest -q tests; rc=$$?; [ $$rc -ne 5 ] || echo "error: no tests collected" >&2; \
+	  [ $$rc -ne 5 ] && exit $$rc || exit 1
+
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu tests/gpu
+
+lint: setup
+	$(PY) -m ruff check scripts tests
+	$(RUN) lint
+
+devtree: setup
+	$(RUN) devtree $(BASE) $(or $(DEST),build/dev/v$(BASE))
+
+regen: setup
+	$(RUN) regen $(BASE) $(or $(FROM),build/dev/v$(BASE))
+
+port: setup
+	$(RUN) port $(FROM_BASE) $(BASE) $(or $(DEST),build/dev/v$(BASE))
+
+fingerprints: setup
+	$(RUN) fingerprints
+
+clean:
+	rm -rf build dist

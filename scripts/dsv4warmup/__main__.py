@@ -1,0 +1,105 @@
+"""Command line: ``python -m dsv4warmup <command>`` (the Makefile wraps it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import devtree, series, sources, tree
+from .paths import BUILD
+
+
+def default_tree() -> Path:
+    return BUILD / f"vllm-{sources.DEFAULT_BASE}"
+
+
+def _tree_arg(value: str | None, fresh: bool) -> Path:
+    if value:
+        return Path(value).resolve()
+    path = default_tree()
+    if fresh or not path.exists():
+        sources.extract(sources.DEFAULT_BASE, path)
+        print(f"fresh pristine vLLM {sources.DEFAULT_BASE} tree at {path}", file=sys.stderr)
+    return path
+
+
+def _print_outcome(outcome: tree.Outcome) -> None:
+    for w in outcome.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(outcome.message)
+    for rel in outcome.changed:
+        print(f"  {rel}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dsv4warmup", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("fetch", help="download and verify pristine sdists")
+    p.add_argument("versions", nargs="*", default=[sources.DEFAULT_BASE])
+
+    for name, help_ in (
+        ("apply", "apply the series + overlay to a vLLM tree"),
+        ("check", "dry run of apply"),
+        ("revert", "take the series + overlay out again"),
+        ("status", "which base, applied or not"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--tree", help="vLLM tree (default: a fresh pristine tree under build/)")
+        if name == "apply":
+            p.add_argument("--mode", choices=("apply", "am"), default="apply")
+            p.add_argument("--branch", help="branch for --mode am")
+
+    p = sub.add_parser("devtree", help="git tree of a base with the series as commits")
+    p.add_argument("base")
+    p.add_argument("dest", type=Path)
+    p = sub.add_parser("regen", help="rewrite patches/v<base> + overlay from a devtree")
+    p.add_argument("base")
+    p.add_argument("src", type=Path)
+    p = sub.add_parser("port", help="replay one base's series onto another and regen it")
+    p.add_argument("from_base")
+    p.add_argument("to_base")
+    p.add_argument("dest", type=Path)
+    sub.add_parser("fingerprints", help="recompute patches/fingerprints.json from the sdists")
+    p = sub.add_parser("tree", help="a fresh pristine (or --patched) tree of a base")
+    p.add_argument("base")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--patched", action="store_true")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "fetch":
+            for v in args.versions:
+                print(sources.sdist(v))
+        elif args.cmd in ("apply", "check"):
+            path = _tree_arg(args.tree, fresh=args.cmd == "apply")
+            if args.cmd == "apply" and args.mode == "am":
+                _print_outcome(tree.apply_am(path, args.branch))
+            else:
+                _print_outcome(tree.apply(path, dry_run=args.cmd == "check"))
+        elif args.cmd == "revert":
+            _print_outcome(tree.revert(_tree_arg(args.tree, fresh=False)))
+        elif args.cmd == "status":
+            print(tree.status(_tree_arg(args.tree, fresh=False)))
+        elif args.cmd == "devtree":
+            print(devtree.devtree(args.base, args.dest.resolve()))
+        elif args.cmd == "regen":
+            print(devtree.regen(args.base, args.src.resolve()))
+        elif args.cmd == "port":
+            print(devtree.port(args.from_base, args.to_base, args.dest.resolve()))
+        elif args.cmd == "fingerprints":
+            devtree.write_fingerprints()
+        elif args.cmd == "tree":
+            dest = sources.extract(args.base, args.dest.resolve())
+            if args.patched:
+                _print_outcome(tree.apply(dest))
+            print(dest)
+    except (tree.TreeError, series.SeriesError, sources.SourceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

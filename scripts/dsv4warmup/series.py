@@ -1,0 +1,154 @@
+"""The patch series of one base, and the overlay files each patch owns.
+
+``patches/v<base>/series`` lists the ``git format-patch`` mails in order.
+A line starting with ``+`` under a patch attributes an overlay file (a path
+under ``vllm_overlay/``) to that patch: applying the series copies it into the
+tree, and the per-patch commit of ``MODE=am`` / ``make pr`` carries it.
+Every overlay file must be attributed exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .paths import OVERLAY, PATCHES
+
+_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@.*$", re.M)
+
+
+class SeriesError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Hunk:
+    path: str
+    header: str
+    old_start: int
+    old_len: int
+
+
+@dataclass
+class Patch:
+    path: Path
+    overlay: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def text(self) -> str:
+        return self.path.read_text()
+
+    @property
+    def subject(self) -> str:
+        m = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n [^\n]*)*)", self.text, re.M)
+        return " ".join(m.group(1).split()) if m else self.name
+
+    @property
+    def files(self) -> list[str]:
+        return [b for _, b in _DIFF_HEADER.findall(self.text)]
+
+    @property
+    def new_files(self) -> list[str]:
+        out = []
+        for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):
+            m = _DIFF_HEADER.match(block)
+            if m and re.search(r"^new file mode", block, re.M):
+                out.append(m.group(2))
+        return out
+
+    def hunks(self) -> list[Hunk]:
+        out: list[Hunk] = []
+        for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):
+            m = _DIFF_HEADER.match(block)
+            if not m:
+                continue
+            for h in _HUNK.finditer(block):
+                out.append(
+                    Hunk(m.group(2), h.group(0), int(h.group(1)), int(h.group(2) or 1))
+                )
+        return out
+
+
+@dataclass
+class Series:
+    base: str
+    patches: list[Patch]
+
+    @property
+    def directory(self) -> Path:
+        return PATCHES / f"v{self.base}"
+
+    @property
+    def overlay_files(self) -> list[str]:
+        return [p for patch in self.patches for p in patch.overlay]
+
+    @property
+    def touched_files(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for patch in self.patches:
+            for f in patch.files:
+                seen.setdefault(f, None)
+        return list(seen)
+
+
+def available_bases() -> list[str]:
+    return sorted(
+        d.name.removeprefix("v")
+        for d in PATCHES.glob("v*")
+        if (d / "series").is_file()
+    )
+
+
+def load(base: str) -> Series:
+    base = base.removeprefix("v")
+    directory = PATCHES / f"v{base}"
+    series_file = directory / "series"
+    if not series_file.is_file():
+        have = ", ".join(available_bases()) or "none"
+        raise SeriesError(f"no patch series for vLLM {base} (series exist for: {have})")
+    patches: list[Patch] = []
+    for lineno, raw in enumerate(series_file.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("+"):
+            if not patches:
+                raise SeriesError(f"{series_file}:{lineno}: overlay line before any patch")
+            rel = line.lstrip()[1:].strip()
+            if not (OVERLAY / rel).is_file():
+                raise SeriesError(f"{series_file}:{lineno}: vllm_overlay/{rel} does not exist")
+            patches[-1].overlay.append(rel)
+            continue
+        path = directory / line.strip()
+        if not path.is_file():
+            raise SeriesError(f"{series_file}:{lineno}: {line.strip()} does not exist")
+        patches.append(Patch(path))
+    series = Series(base, patches)
+    _check_overlay_attribution(series, series_file)
+    return series
+
+
+def overlay_files_on_disk() -> list[str]:
+    return sorted(
+        str(p.relative_to(OVERLAY))
+        for p in OVERLAY.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    )
+
+
+def _check_overlay_attribution(series: Series, series_file: Path) -> None:
+    listed = series.overlay_files
+    dupes = sorted({p for p in listed if listed.count(p) > 1})
+    if dupes:
+        raise SeriesError(f"{series_file}: overlay files listed twice: {', '.join(dupes)}")
+    missing = sorted(set(overlay_files_on_disk()) - set(listed))
+    if missing:
+        raise SeriesError(
+            f"{series_file}: overlay files not attributed to any patch: {', '.join(missing)}"
+        )

@@ -1,0 +1,136 @@
+"""Pristine vLLM sources: the PyPI sdist of a supported base, sha256-verified.
+
+The sdist carries the full ``vllm/`` and ``tests/`` trees. It is fetched through
+the package index's JSON simple API (PEP 691) from whatever index pip is
+configured with, verified against the hashes below, and cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from .paths import CACHE
+
+# sdist sha256 of every release this project knows. A series exists for the
+# ones in patches/; 0.33.0 is known so that it is recognised and refused clearly.
+SDIST_SHA256: dict[str, str] = {
+    "0.25.1": "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4",
+    "0.26.0": "23e9fa19d7e20ce7dcc1c074d41503e2116d23f19e688f5d5ea91b741f958502",
+    "0.33.0": "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+}
+DEFAULT_BASE = "0.26.0"
+
+
+class SourceError(RuntimeError):
+    pass
+
+
+def check_known(version: str) -> str:
+    version = version.removeprefix("v")
+    if version not in SDIST_SHA256:
+        known = ", ".join(sorted(SDIST_SHA256))
+        raise SourceError(f"vLLM {version} is not a known base; known releases: {known}")
+    return version
+
+
+def _index_url() -> str:
+    """The simple index pip itself would use."""
+    url = os.environ.get("PIP_INDEX_URL")
+    if not url:
+        res = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+            capture_output=True,
+            text=True,
+        )
+        url = res.stdout.strip() if res.returncode == 0 else ""
+    if not url:
+        from pip._internal.models.index import PyPI  # pip's own default
+
+        url = PyPI.simple_url
+    return url.rstrip("/")
+
+
+def _sdist_url(version: str) -> str:
+    req = urllib.request.Request(
+        f"{_index_url()}/vllm/",
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        index = json.load(resp)
+    name = f"vllm-{version}.tar.gz"
+    for entry in index.get("files", []):
+        if entry.get("filename") == name:
+            return str(entry["url"])
+    raise SourceError(f"{name} is not on the package index")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sdist(version: str) -> Path:
+    """Path to the verified sdist of ``version``, downloading it once."""
+    version = check_known(version)
+    expected = SDIST_SHA256[version]
+    path = CACHE / "sdist" / f"vllm-{version}.tar.gz"
+    if path.exists() and _sha256(path) == expected:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    url = _sdist_url(version)
+    print(f"fetching vllm-{version}.tar.gz", file=sys.stderr)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+        with urllib.request.urlopen(url, timeout=600) as resp:
+            shutil.copyfileobj(resp, tmp)
+    got = _sha256(Path(tmp.name))
+    if got != expected:
+        os.unlink(tmp.name)
+        raise SourceError(
+            f"vllm-{version}.tar.gz sha256 mismatch: expected {expected}, got {got}"
+        )
+    os.replace(tmp.name, path)
+    return path
+
+
+def extract(version: str, dest: Path) -> Path:
+    """A fresh pristine tree of ``version`` at ``dest`` (replaced if present)."""
+    archive = sdist(version)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".extract-"))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        (top,) = list(tmp.iterdir())
+        top.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def read_members(version: str, relpaths: list[str]) -> dict[str, bytes | None]:
+    """Files of the pristine sdist (None where it has no such file), read in
+    one pass over the archive."""
+    prefix = f"vllm-{version}/"
+    wanted = set(relpaths)
+    out: dict[str, bytes | None] = dict.fromkeys(relpaths)
+    with tarfile.open(sdist(version)) as tar:
+        for member in tar:
+            rel = member.name.removeprefix(prefix)
+            if rel in wanted and member.isfile():
+                f = tar.extractfile(member)
+                out[rel] = f.read() if f else None
+    return out

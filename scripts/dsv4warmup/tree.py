@@ -1,0 +1,410 @@
+"""Apply, check, revert and inspect the patch series on a vLLM source tree.
+
+The tree may be a git checkout or a plain source tree (an unpacked sdist).
+Every operation is planned in a scratch copy of the files it touches first;
+the tree is written only once the whole series and overlay are known to go
+in (or out) cleanly, so a refusal leaves it byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import series as series_mod
+from .paths import OVERLAY, PATCHES
+from .series import Patch, Series
+
+FINGERPRINTS = PATCHES / "fingerprints.json"
+
+
+class TreeError(RuntimeError):
+    """A refusal: the message says which file and why; nothing was written."""
+
+
+# --------------------------------------------------------------------------
+# Base detection
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_fingerprints() -> dict[str, dict[str, str | None]]:
+    return json.loads(FINGERPRINTS.read_text())
+
+
+def tree_fingerprint(tree: Path, paths: Iterable[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for rel in paths:
+        f = tree / rel
+        out[rel] = _sha256(f.read_bytes()) if f.is_file() else None
+    return out
+
+
+def declared_version(tree: Path) -> str | None:
+    """The version the tree says it is: PKG-INFO, vllm/_version.py or a git tag."""
+    pkg_info = tree / "PKG-INFO"
+    if pkg_info.is_file():
+        m = re.search(r"^Version: (\S+)$", pkg_info.read_text(errors="replace"), re.M)
+        if m:
+            return m.group(1)
+    version_py = tree / "vllm" / "_version.py"
+    if version_py.is_file():
+        m = re.search(r"version = ['\"]([^'\"]+)['\"]", version_py.read_text())
+        if m:
+            return m.group(1)
+    if (tree / ".git").exists():
+        res = subprocess.run(
+            ["git", "-C", str(tree), "describe", "--tags", "--abbrev=0"],
+            capture_output=True,
+            text=True,
+        )
+        if res.returncode == 0:
+            return res.stdout.strip().removeprefix("v")
+    return None
+
+
+@dataclass
+class Detection:
+    base: str | None  # the supported base whose series applies, if any
+    state: str  # pristine | applied | modified | unsupported | unknown
+    version: str | None = None  # what the tree is, if known
+    drift: list[str] = field(default_factory=list)  # files that differ from pristine
+    note: str = ""
+
+
+def detect(tree: Path) -> Detection:
+    table = load_fingerprints()
+    bases = series_mod.available_bases()
+    for version, fp in table.items():
+        if tree_fingerprint(tree, fp) == fp:
+            if version in bases:
+                return Detection(version, "pristine", version)
+            return Detection(None, "unsupported", version)
+    for base in bases:
+        series = series_mod.load(base)
+        if _is_applied(tree, series):
+            return Detection(base, "applied", base)
+    version = declared_version(tree)
+    if version is None:
+        return Detection(None, "unknown")
+    base_version = version.split("+")[0]
+    if base_version not in bases:
+        return Detection(None, "unsupported", version)
+    fp = table[base_version]
+    current = tree_fingerprint(tree, fp)
+    drift = sorted(p for p in fp if current[p] != fp[p])
+    return Detection(base_version, "modified", version, drift)
+
+
+def _unsupported_message(det: Detection) -> str:
+    have = ", ".join(series_mod.available_bases())
+    if det.version:
+        return f"vLLM {det.version} is not supported by this patch set (supported bases: {have})"
+    return (
+        "cannot tell which vLLM release this tree is (its target files match no "
+        f"supported base and it declares no version); supported bases: {have}"
+    )
+
+
+# --------------------------------------------------------------------------
+# Planning in a scratch copy
+
+
+class _Scratch:
+    """Copies of the files a series touches, where `git apply` is tried."""
+
+    def __init__(self, tree: Path, paths: Iterable[str]) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="dsv4-warmup-")
+        self.root = Path(self._tmp.name) / "tree"
+        self.root.mkdir()
+        self.paths = list(paths)
+        for rel in self.paths:
+            src = tree / rel
+            if src.is_file():
+                dst = self.root / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+    def __enter__(self) -> _Scratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def git_apply(self, patch: Patch, reverse: bool = False) -> str | None:
+        """None if the patch went in; otherwise git's complaint."""
+        cmd = ["git", "apply", "--whitespace=nowarn"]
+        if reverse:
+            cmd.append("--reverse")
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(self.root.parent))
+        env.pop("GIT_DIR", None)
+        env.pop("GIT_WORK_TREE", None)
+        res = subprocess.run(
+            [*cmd, str(patch.path)], cwd=self.root, capture_output=True, text=True, env=env
+        )
+        return None if res.returncode == 0 else (res.stderr or res.stdout)
+
+    def contents(self) -> dict[str, bytes | None]:
+        out: dict[str, bytes | None] = {}
+        for rel in self.paths:
+            f = self.root / rel
+            out[rel] = f.read_bytes() if f.is_file() else None
+        return out
+
+
+def _explain(patch: Patch, complaint: str, reverse: bool = False) -> str:
+    """Turn git apply's complaint into: which patch, file and hunk."""
+    hunks = patch.hunks()
+    m = re.search(r"patch failed: (\S+):(\d+)", complaint)
+    if m:
+        path, line = m.group(1), int(m.group(2))
+        hunk = next(
+            (h for h in hunks if h.path == path and h.old_start == line),
+            next((h for h in hunks if h.path == path), None),
+        )
+        where = f" hunk {hunk.header.split(' @@')[0]} @@" if hunk else ""
+        what = "does not reverse-apply to" if reverse else "does not apply to"
+        return f"{patch.name} {what} {path}:{where} (the file's local content conflicts)"
+    m = re.search(r"error: (\S+): (No such file or directory|does not exist in index)", complaint)
+    if m:
+        return f"{patch.name} needs {m.group(1)}, which the tree does not have"
+    m = re.search(r"error: (\S+): already exists", complaint)
+    if m:
+        return f"{patch.name} creates {m.group(1)}, which the tree already has"
+    return f"{patch.name}: {complaint.strip()}"
+
+
+def _overlay_bytes(rel: str) -> bytes:
+    return (OVERLAY / rel).read_bytes()
+
+
+def _is_applied(tree: Path, series: Series) -> bool:
+    for rel in series.overlay_files:
+        f = tree / rel
+        if not f.is_file() or f.read_bytes() != _overlay_bytes(rel):
+            return False
+    with _Scratch(tree, series.touched_files) as scratch:
+        return all(scratch.git_apply(p, reverse=True) is None for p in reversed(series.patches))
+
+
+def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
+    """The new content of every file the series writes; raises TreeError."""
+    with _Scratch(tree, series.touched_files) as scratch:
+        for patch in series.patches:
+            complaint = scratch.git_apply(patch)
+            if complaint is not None:
+                raise TreeError(_explain(patch, complaint))
+        result = scratch.contents()
+    for rel in series.overlay_files:
+        f = tree / rel
+        data = _overlay_bytes(rel)
+        if f.exists() and (not f.is_file() or f.read_bytes() != data):
+            raise TreeError(
+                f"overlay file {rel} already exists in the tree with other content"
+            )
+        result[rel] = data
+    return result
+
+
+def plan_revert(tree: Path, series: Series) -> dict[str, bytes | None]:
+    with _Scratch(tree, series.touched_files) as scratch:
+        for patch in reversed(series.patches):
+            complaint = scratch.git_apply(patch, reverse=True)
+            if complaint is not None:
+                raise TreeError(_explain(patch, complaint, reverse=True))
+        result = scratch.contents()
+    for rel in series.overlay_files:
+        f = tree / rel
+        if f.is_file() and f.read_bytes() != _overlay_bytes(rel):
+            raise TreeError(f"overlay file {rel} was edited in the tree; revert it by hand first")
+        result[rel] = None
+    return result
+
+
+def _write(tree: Path, contents: dict[str, bytes | None]) -> list[str]:
+    changed: list[str] = []
+    for rel, data in contents.items():
+        dst = tree / rel
+        if data is None:
+            if dst.exists():
+                dst.unlink()
+                changed.append(rel)
+                parent = dst.parent
+                while parent != tree and parent.is_dir() and not any(parent.iterdir()):
+                    parent.rmdir()
+                    parent = parent.parent
+            continue
+        if dst.is_file() and dst.read_bytes() == data:
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, (dst.stat().st_mode & 0o7777) if dst.exists() else 0o644)
+        os.replace(tmp, dst)
+        changed.append(rel)
+    return changed
+
+
+# --------------------------------------------------------------------------
+# Operations
+
+
+@dataclass
+class Outcome:
+    message: str
+    warnings: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+
+def _resolve(tree: Path) -> tuple[Detection, Series]:
+    if not (tree / "vllm").is_dir():
+        raise TreeError(f"{tree} is not a vLLM source tree (no vllm/ package folder)")
+    det = detect(tree)
+    if det.state in ("unsupported", "unknown") or det.base is None:
+        raise TreeError(_unsupported_message(det))
+    return det, series_mod.load(det.base)
+
+
+def apply(tree: Path, dry_run: bool = False) -> Outcome:
+    det, series = _resolve(tree)
+    if det.state == "applied":
+        return Outcome(f"already applied: the v{det.base} series is in {tree}; nothing changed")
+    try:
+        contents = plan_apply(tree, series)
+    except TreeError as e:
+        raise TreeError(f"refusing to apply the v{det.base} series: {e}; {tree} is unchanged") from None
+    warnings = [
+        f"{rel} differs from pristine vLLM {det.base}; the series still applies cleanly"
+        for rel in det.drift
+        if rel in series.touched_files
+    ]
+    if dry_run:
+        return Outcome(
+            f"check: the v{det.base} series ({len(series.patches)} patches, "
+            f"{len(series.overlay_files)} overlay files) applies cleanly to {tree}",
+            warnings,
+        )
+    changed = _write(tree, contents)
+    return Outcome(
+        f"applied the v{det.base} series ({len(series.patches)} patches, "
+        f"{len(series.overlay_files)} overlay files) to {tree}",
+        warnings,
+        changed,
+    )
+
+
+def revert(tree: Path, dry_run: bool = False) -> Outcome:
+    det, series = _resolve(tree)
+    if det.state == "pristine":
+        return Outcome(f"not applied: {tree} is pristine vLLM {det.base}; nothing changed")
+    try:
+        contents = plan_revert(tree, series)
+    except TreeError as e:
+        raise TreeError(f"refusing to revert the v{det.base} series: {e}; {tree} is unchanged") from None
+    if dry_run:
+        return Outcome(f"check: the v{det.base} series reverts cleanly from {tree}")
+    changed = _write(tree, contents)
+    return Outcome(f"reverted the v{det.base} series from {tree}", changed=changed)
+
+
+def status(tree: Path) -> str:
+    if not (tree / "vllm").is_dir():
+        raise TreeError(f"{tree} is not a vLLM source tree (no vllm/ package folder)")
+    det = detect(tree)
+    lines = [f"tree:    {tree}"]
+    if det.state in ("unsupported", "unknown"):
+        lines.append(f"state:   {det.state}: {_unsupported_message(det)}")
+        return "\n".join(lines)
+    series = series_mod.load(det.base or "")
+    lines.append(f"base:    vLLM {det.base} ({det.version or '?'})")
+    if det.state == "modified":
+        try:
+            plan_apply(tree, series)
+            state = "not applied; the series applies cleanly"
+        except TreeError as e:
+            state = f"not applied; the series does not apply: {e}"
+        lines.append(f"state:   {state}")
+        if det.drift:
+            lines.append("differs from pristine: " + ", ".join(det.drift))
+    else:
+        lines.append(f"state:   {'applied' if det.state == 'applied' else 'pristine (not applied)'}")
+    mark = "+" if det.state == "applied" else " "
+    for patch in series.patches:
+        lines.append(f"  [{mark}] {patch.name}")
+        for rel in patch.overlay:
+            lines.append(f"        + {rel}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# MODE=am: one commit per patch on a new branch of a git checkout
+
+
+def _git(tree: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=env)
+
+
+def _committer_env(tree: Path, patch: Patch) -> dict[str, str]:
+    env = dict(os.environ)
+    if _git(tree, "config", "user.email").returncode != 0:
+        m = re.search(r"^From: (.*) <([^>]+)>$", patch.text, re.M)
+        if m:
+            env.setdefault("GIT_COMMITTER_NAME", m.group(1))
+            env.setdefault("GIT_COMMITTER_EMAIL", m.group(2))
+    return env
+
+
+def apply_am(tree: Path, branch: str | None = None) -> Outcome:
+    top = _git(tree, "rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != tree.resolve():
+        raise TreeError(f"MODE=am needs a git checkout at the top of {tree}")
+    det, series = _resolve(tree)
+    if det.state == "applied":
+        return Outcome(f"already applied: the v{det.base} series is in {tree}; nothing changed")
+    dirty = _git(tree, "status", "--porcelain", "--", *series.touched_files, *series.overlay_files)
+    if dirty.stdout.strip():
+        raise TreeError(
+            f"refusing MODE=am: uncommitted changes in {tree}:\n{dirty.stdout.rstrip()}"
+        )
+    try:
+        plan_apply(tree, series)
+    except TreeError as e:
+        raise TreeError(f"refusing to apply the v{det.base} series: {e}; {tree} is unchanged") from None
+    branch = branch or f"dsv4-warmup/v{det.base}"
+    if _git(tree, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}").returncode == 0:
+        raise TreeError(f"branch {branch} already exists in {tree}; pass another BRANCH")
+    head = _git(tree, "symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip() or _git(
+        tree, "rev-parse", "HEAD"
+    ).stdout.strip()
+    res = _git(tree, "checkout", "-q", "-b", branch)
+    if res.returncode != 0:
+        raise TreeError(f"cannot create branch {branch}: {res.stderr.strip()}")
+    for patch in series.patches:
+        env = _committer_env(tree, patch)
+        res = _git(tree, "am", "--quiet", "--keep-cr", str(patch.path), env=env)
+        if res.returncode != 0:
+            _git(tree, "am", "--abort")
+            _git(tree, "checkout", "-q", head)
+            _git(tree, "branch", "-D", branch)
+            raise TreeError(f"git am of {patch.name} failed: {res.stderr.strip()}; {tree} is unchanged")
+        if patch.overlay:
+            _write(tree, {rel: _overlay_bytes(rel) for rel in patch.overlay})
+            _git(tree, "add", "-f", "--", *patch.overlay)
+            _git(tree, "commit", "--quiet", "--amend", "--no-edit", env=env)
+    return Outcome(
+        f"created branch {branch} in {tree} with {len(series.patches)} commits (one per patch)"
+    )

@@ -1,0 +1,89 @@
+"""Exact Triton cache keys on a machine without a GPU.
+
+Triton 3.6 binds a launch's arguments through a generated *binder*; its second
+result is the specialization that, with the options, forms the in-memory cache
+key. We build the same binder for an sm90 target (the H100/H200 the report is
+about) and record it for every launch, instead of running the kernel.
+
+This is Triton-internal API, pinned to triton 3.6.0 (vLLM 0.26.0's pin); the
+GPU tests check the same keys against real caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+_TARGET_ARCH = 90
+_WARP_SIZE = 32
+
+
+@functools.lru_cache(maxsize=None)
+def _backend() -> Any:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    return triton.compiler.make_backend(GPUTarget("cuda", _TARGET_ARCH, _WARP_SIZE))
+
+
+@functools.lru_cache(maxsize=None)
+def _binder(fn: Any) -> Any:
+    from triton.runtime.jit import create_function_from_signature
+
+    return create_function_from_signature(fn.signature, fn.params, _backend())
+
+
+def kernel_name(kernel: Any) -> str:
+    fn = getattr(kernel, "fn", kernel)
+    return getattr(fn, "__name__", repr(kernel))
+
+
+def exact_key(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The specialization and options Triton would key this launch on."""
+    from triton.runtime.jit import MockTensor
+
+    args = tuple(MockTensor.wrap_dtype(a) for a in args)
+    _, specialization, options = _binder(kernel)(
+        *args, **kwargs, debug=False, instrumentation_mode=""
+    )
+    return (
+        tuple(tuple(s) for s in specialization),
+        tuple(sorted((k, repr(v)) for k, v in options.items())),
+    )
+
+
+@dataclass(frozen=True)
+class RecordedLaunch:
+    kernel: str
+    key: tuple[Any, ...]
+    warmup: bool
+
+
+@contextlib.contextmanager
+def record_launches() -> Iterator[list[RecordedLaunch]]:
+    """Record the exact key of every ``kernel[grid](...)`` and
+    ``kernel.warmup(...)`` instead of compiling or running it."""
+    from triton.runtime.jit import JITFunction
+
+    recorded: list[RecordedLaunch] = []
+    original = JITFunction.run
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        recorded.append(RecordedLaunch(kernel_name(self), exact_key(self, args, kwargs), warmup))
+        return None
+
+    JITFunction.run = run  # type: ignore[method-assign]
+    try:
+        yield recorded
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+
+
+def keys_by_kernel(launches: list[RecordedLaunch]) -> dict[str, set[tuple[Any, ...]]]:
+    out: dict[str, set[tuple[Any, ...]]] = {}
+    for launch in launches:
+        out.setdefault(launch.kernel, set()).add(launch.key)
+    return out

@@ -1,0 +1,211 @@
+"""The series against real sdists: round trips, refusals, git am, patch(1)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dsv4warmup import series as series_mod
+from dsv4warmup import sources, trees
+from dsv4warmup import tree as tree_mod
+from dsv4warmup.__main__ import main as cli
+from dsv4warmup.paths import OVERLAY
+
+BASES = series_mod.available_bases()
+
+
+def tree_digest(root: Path) -> str:
+    """Hash of every path, mode and byte under root: 'byte-identical'."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root)).encode()
+        st = p.lstat()
+        h.update(rel + b"\0" + oct(st.st_mode).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def fresh(base: str, tmp_path: Path, name: str = "vllm") -> Path:
+    dest = tmp_path / name
+    shutil.copytree(trees.pristine_tree(base), dest, symlinks=True)
+    return dest
+
+
+def run_cli(*args: str) -> int:
+    return cli(list(args))
+
+
+def test_supported_bases() -> None:
+    assert BASES == ["0.25.1", "0.26.0"]
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_series_is_well_formed(base: str) -> None:
+    s = series_mod.load(base)
+    assert s.patches
+    for patch in s.patches:
+        text = patch.text
+        assert re.match(r"From [0-9a-f]{40} ", text), patch.name
+        assert re.search(r"^From: .+ <.+@.+>$", text, re.M), patch.name
+        assert re.search(r"^Subject: \[PATCH\] \[[^\]]+\] ", text, re.M), patch.name
+        assert re.search(r"^Signed-off-by: .+ <.+@.+>$", text, re.M), patch.name
+        body = text.split("\n\n", 1)[1].split("\n---\n", 1)[0]
+        assert len(body.split()) > 20, f"{patch.name}: the body must say why"
+    assert sorted(s.overlay_files) == series_mod.overlay_files_on_disk()
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_round_trip(base: str, tmp_path: Path) -> None:
+    tree = fresh(base, tmp_path)
+    pristine = tree_digest(tree)
+    s = series_mod.load(base)
+    before = {rel: (tree / rel).read_bytes() for rel in s.touched_files}
+
+    assert run_cli("apply", "--tree", str(tree)) == 0
+    for rel, data in before.items():
+        assert (tree / rel).read_bytes() != data, f"{rel} unchanged by apply"
+    for rel in s.overlay_files:
+        assert (tree / rel).read_bytes() == (OVERLAY / rel).read_bytes()
+    applied = tree_digest(tree)
+    assert tree_mod.detect(tree).state == "applied"
+
+    assert run_cli("apply", "--tree", str(tree)) == 0  # already applied: no-op
+    assert tree_digest(tree) == applied
+
+    assert run_cli("revert", "--tree", str(tree)) == 0
+    assert tree_digest(tree) == pristine
+    res = subprocess.run(["diff", "-r", str(trees.pristine_tree(base)), str(tree)])
+    assert res.returncode == 0
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_check_changes_nothing(base: str, tmp_path: Path) -> None:
+    tree = fresh(base, tmp_path)
+    digest = tree_digest(tree)
+    assert run_cli("check", "--tree", str(tree)) == 0
+    assert run_cli("status", "--tree", str(tree)) == 0
+    assert tree_digest(tree) == digest
+
+
+def test_unsupported_release_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = tmp_path / "vllm"
+    sources.extract("0.33.0", tree)
+    digest = tree_digest(tree)
+    assert run_cli("apply", "--tree", str(tree)) == 1
+    err = capsys.readouterr().err
+    assert "0.33.0" in err and "not supported" in err and "0.26.0" in err
+    assert tree_digest(tree) == digest
+
+
+def test_not_a_vllm_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("apply", "--tree", str(tmp_path)) == 1
+    assert "not a vLLM source tree" in capsys.readouterr().err
+
+
+def test_conflicting_local_edit_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = fresh("0.26.0", tmp_path)
+    s = series_mod.load("0.26.0")
+    path = s.patches[0].files[0]
+    hunk = next(h for h in s.patches[0].hunks() if h.path == path)
+    target = tree / path
+    lines = target.read_text().splitlines(keepends=True)
+    # Rewrite every line the hunk spans, so no fuzz can place it.
+    for i in range(hunk.old_start - 1, hunk.old_start - 1 + hunk.old_len):
+        lines[i] = "# local edit\n"
+    target.write_text("".join(lines))
+    digest = tree_digest(tree)
+    assert run_cli("apply", "--tree", str(tree)) == 1
+    err = capsys.readouterr().err
+    assert path in err and s.patches[0].name in err and "@@" in err
+    assert "unchanged" in err
+    assert tree_digest(tree) == digest
+
+
+def test_non_conflicting_local_edit_applies_with_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = fresh("0.26.0", tmp_path)
+    path = series_mod.load("0.26.0").patches[0].files[0]
+    with open(tree / path, "a") as f:
+        f.write("# a local addition at the end\n")
+    assert run_cli("apply", "--tree", str(tree)) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {path} differs from pristine vLLM 0.26.0" in captured.err
+    assert (tree / path).read_text().endswith("# a local addition at the end\n")
+    assert run_cli("revert", "--tree", str(tree)) == 0
+    assert (tree / path).read_text().endswith("# a local addition at the end\n")
+
+
+def test_revert_refuses_an_edited_overlay_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = series_mod.load("0.26.0")
+    if not s.overlay_files:
+        pytest.skip("the series has no overlay files")
+    tree = fresh("0.26.0", tmp_path)
+    assert run_cli("apply", "--tree", str(tree)) == 0
+    with open(tree / s.overlay_files[0], "a") as f:
+        f.write("# edited\n")
+    digest = tree_digest(tree)
+    assert run_cli("revert", "--tree", str(tree)) == 1
+    assert s.overlay_files[0] in capsys.readouterr().err
+    assert tree_digest(tree) == digest
+
+
+def _git(tree: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
+    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
+    tree = fresh(base, tmp_path)
+    _git(tree, "init", "-q")
+    _git(tree, "add", "-A", "-f", ".")
+    _git(tree, "commit", "-q", "-m", "pristine")
+    s = series_mod.load(base)
+    assert run_cli("apply", "--tree", str(tree), "--mode", "am") == 0
+    assert _git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"dsv4-warmup/v{base}"
+    log = _git(tree, "log", "--format=%an%x09%s%x09%(trailers:key=Signed-off-by,valueonly)",
+               f"-{len(s.patches) + 1}").strip().splitlines()
+    assert len(log) == len(s.patches) + 1 and log[-1].startswith("t\tpristine")
+    for line, patch in zip(reversed(log[:-1]), s.patches):
+        author, subject, signoff = line.split("\t")
+        assert subject in patch.subject
+        assert signoff and author == "dsv4-warmup"
+    assert _git(tree, "status", "--porcelain").strip() == ""
+    assert tree_mod.detect(tree).state == "applied"
+    for i, patch in enumerate(s.patches):
+        rev = f"HEAD~{len(s.patches) - 1 - i}"
+        files = set(_git(tree, "show", "--format=", "--name-only", rev).split())
+        assert files == set(patch.files) | set(patch.overlay)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_plain_patch_p1_applies_in_order(base: str, tmp_path: Path) -> None:
+    tree = fresh(base, tmp_path)
+    for patch in series_mod.load(base).patches:
+        res = subprocess.run(["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-s",
+                              "-i", str(patch.path)], cwd=tree, capture_output=True, text=True)
+        assert res.returncode == 0, f"{patch.name}: {res.stdout}{res.stderr}"
+        assert "fuzz" not in res.stdout.lower() and "offset" not in res.stdout.lower()
+
+
+def test_fingerprints_match_the_sdists() -> None:
+    table = json.loads(tree_mod.FINGERPRINTS.read_text())
+    assert set(table) == set(sources.SDIST_SHA256)
+    paths = sorted(next(iter(table.values())))
+    for base in BASES:
+        assert set(series_mod.load(base).touched_files) <= set(paths)
+    for version, fp in table.items():
+        members = sources.read_members(version, paths)
+        got = {p: hashlib.sha256(d).hexdigest() if d is not None else None for p, d in members.items()}
+        assert got == fp, version
