@@ -1,0 +1,24 @@
+"""Pack vLLM source trees for the GPU lab machine (see the gpu-lab recipe):
+the ``.py`` files of ``vllm/``, ``PKG-INFO`` and the upstream tests we run."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+UPSTREAM_TESTS = (
+    "tests/kernels/test_mhc_kernels.py",
+    "tests/v1/spec_decode/test_eagle_step_kernel.py",
+)
+
+
+def pack(tree: Path, out: Path, extra_tests: tuple[str, ...] = ()) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        for p in sorted((tree / "vllm").rglob("*.py")):
+            tar.add(p, arcname=str(p.relative_to(tree)))
+        tar.add(tree / "PKG-INFO", arcname="PKG-INFO")
+        for rel in (*UPSTREAM_TESTS, *extra_tests):
+            if (tree / rel).is_file():
+                tar.add(tree / rel, arcname=rel)
+    return out
