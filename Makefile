@@ -50,7 +50,7 @@ test-gpu: setup
 
 lint: setup
 	$(PY) -m ruff check scripts tests
-	$(RUN) lint
+	$(PY) -m ruff format --check scripts tests
 
 devtree: setup
 	$(RUN) devtree $(BASE) $(or $(DEST),build/dev/v$(BASE))
@@ -66,3 +66,15 @@ fingerprints: setup
 
 clean:
 	rm -rf build dist
+
+# Patched wheel from an official one (WHEEL=path, or the official x86_64 wheel
+# of BASE, fetched and verified); no CUDA build. Output in dist/.
+# Upstream PRs: per patch a `git am` branch + PR body in build/pr/v<base>/
+# (every series, or BASE=...), after sign-off / apply / vLLM-ruff checks.
+BASE_ARG = $(if $(filter command line environment,$(origin BASE)),--base $(BASE))
+.PHONY: wheel pr
+wheel: setup
+	$(RUN) wheel $(if $(WHEEL),--wheel $(WHEEL)) $(BASE_ARG)
+
+pr: setup
+	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT))

@@ -201,7 +201,12 @@ def compile_triton_warmup(
             for launch in todo:
                 try:
                     pending.append(
-                        (launch, launch.kernel.warmup(*launch.args, grid=(1,), **launch.kwargs))
+                        (
+                            launch,
+                            launch.kernel.warmup(
+                                *launch.args, grid=(1,), **launch.kwargs
+                            ),
+                        )
                     )
                 except Exception:
                     report(launch)

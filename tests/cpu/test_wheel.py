@@ -1,0 +1,335 @@
+"""`make wheel`: a patched vLLM wheel, installable with pip, with a correct RECORD.
+
+The fast tests build a small synthetic "official" vLLM wheel and a synthetic
+series in tmp dirs (paths.py reads DSV4_PATCHES_DIR / DSV4_OVERLAY_DIR at
+import, so the command runs in a subprocess). The slow test runs the real
+series on the real official 0.26.0 x86_64 wheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+from dsv4warmup import series as series_mod
+from dsv4warmup import trees
+from dsv4warmup import wheel as wheel_mod
+
+REPO = Path(__file__).resolve().parents[2]
+LABEL = r"dsv4warmup\.\d+\.g[0-9a-f]{8}"
+
+PRISTINE = {
+    "vllm/__init__.py": '"""Synthetic vLLM."""\n',
+    "vllm/models/__init__.py": "",
+    "vllm/models/deepseek_v4/__init__.py": "",
+    "vllm/models/deepseek_v4/sparse_mla.py": textwrap.dedent('''\
+        """Synthetic stand-in for the real module."""
+
+
+        def build_metadata(n: int) -> list[int]:
+            buf = [7] * n  # left-over garbage
+            return buf
+        '''),
+    "tests/test_sparse_mla.py": "def test_nothing() -> None:\n    pass\n",
+}
+PATCHED_SPARSE = textwrap.dedent('''\
+    """Synthetic stand-in for the real module."""
+
+
+    def _is_safe(i: int, n: int) -> bool:
+        return 0 <= i < n
+
+
+    def build_metadata(n: int) -> list[int]:
+        buf = [0] * n  # zero-initialised
+        return buf
+    ''')
+OVERLAY = {
+    "vllm/model_executor/warmup/toy_warmup.py": "def warmup() -> str:\n    return 'warm'\n",
+    "tests/toy/test_toy_warmup.py": "def test_warm() -> None:\n    pass\n",
+}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="T", GIT_AUTHOR_EMAIL="t@example.com",
+               GIT_COMMITTER_NAME="T", GIT_COMMITTER_EMAIL="t@example.com")
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A synthetic v0.26.0 series (one patch: a vllm/ edit + a tests/ edit,
+    with a vllm/ and a tests/ overlay file) and a synthetic official wheel."""
+    tmp = tmp_path_factory.mktemp("synthetic")
+    dev = tmp / "dev"
+    _write(dev, PRISTINE)
+    _git(dev, "init", "-q")
+    _git(dev, "add", "-A")
+    _git(dev, "commit", "-q", "-m", "pristine")
+    _write(dev, {"vllm/models/deepseek_v4/sparse_mla.py": PATCHED_SPARSE,
+                 "tests/test_sparse_mla.py": PRISTINE["tests/test_sparse_mla.py"] + "# edited\n"})
+    _git(dev, "commit", "-q", "-a", "-s", "-m", "[Kernel] Zero-init and guard the metadata\n\nWhy.")
+    patches = tmp / "patches"
+    (patches / "v0.26.0").mkdir(parents=True)
+    mail = _git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "HEAD")
+    (patches / "v0.26.0" / "0001-zero-init.patch").write_text(mail)
+    (patches / "v0.26.0" / "series").write_text(
+        "0001-zero-init.patch\n" + "".join(f"  + {rel}\n" for rel in OVERLAY)
+    )
+    overlay = tmp / "overlay"
+    _write(overlay, OVERLAY)
+    sparse = "vllm/models/deepseek_v4/sparse_mla.py"
+    digest = hashlib.sha256(PRISTINE[sparse].encode()).hexdigest()
+    (patches / "fingerprints.json").write_text(json.dumps({"0.26.0": {sparse: digest}}))
+
+    official = make_wheel(tmp / "official", "vllm", "0.26.0", PRISTINE)
+    return {"tmp": tmp, "patches": patches, "overlay": overlay, "official": official}
+
+
+def make_wheel(dest: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A wheel laid out like vLLM's (vllm/ + dist-info), packed with `wheel pack`;
+    no dependencies declared. tests/ files are not part of it."""
+    root = dest / f"{name}-{version}"
+    _write(root, {rel: text for rel, text in files.items() if rel.startswith("vllm/")})
+    info = root / f"{name}-{version}.dist-info"
+    _write(info, {
+        "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: synthetic\n",
+        "WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    })
+    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(dest), str(root)],
+                   check=True, capture_output=True)
+    (whl,) = dest.glob(f"{name}-{version}-*.whl")
+    return whl
+
+
+def run_wheel(syn: dict[str, Path], *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, DSV4_PATCHES_DIR=str(syn["patches"]), DSV4_OVERLAY_DIR=str(syn["overlay"]),
+               DSV4_BUILD_DIR=str(syn["tmp"] / "build"), PYTHONPATH=str(REPO / "scripts"))
+    return subprocess.run([sys.executable, "-m", "dsv4warmup", "wheel", *args],
+                          check=False, capture_output=True, text=True, env=env, cwd=syn["tmp"])
+
+
+def venv(path: Path, parent_site: bool = False) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    py = path / "bin" / "python"
+    if parent_site:  # this env's packages (torch, ...) behind the venv's own
+        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        Path(site, "_parent_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return py
+
+
+def pip(py: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check",
+                           *args], check=False, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def built(synthetic: dict[str, Path]) -> Path:
+    dest = synthetic["tmp"] / "dist"
+    res = run_wheel(synthetic, "--wheel", str(synthetic["official"]), "--dest", str(dest))
+    assert res.returncode == 0, res.stderr
+    (whl,) = dest.glob("*.whl")
+    assert "not part of a wheel (left out): tests/toy/test_toy_warmup.py, tests/test_sparse_mla.py" in res.stdout
+    return whl
+
+
+def test_version_has_the_local_label(built: Path) -> None:
+    info = wheel_mod.read_info(built)
+    assert built.name.startswith("vllm-0.26.0+dsv4warmup.1.g")
+    assert built.name.endswith("-py3-none-any.whl")
+    import re
+
+    assert re.fullmatch(rf"0\.26\.0\+{LABEL}", str(info.version))
+    assert info.dist_info == f"vllm-{info.version}.dist-info"
+
+
+def test_record_verifies(built: Path, tmp_path: Path) -> None:
+    assert wheel_mod.verify_record(built) == []
+    # The verifier catches a file changed behind RECORD's back, and an unlisted one.
+    bad = tmp_path / built.name
+    with zipfile.ZipFile(built) as src, zipfile.ZipFile(bad, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("sparse_mla.py"):
+                data += b"# tampered\n"
+            dst.writestr(item, data)
+        dst.writestr("vllm/sneaked_in.py", "x = 1\n")
+    problems = wheel_mod.verify_record(bad)
+    assert any("sparse_mla.py: sha256 differs" in p for p in problems)
+    assert any("sparse_mla.py: size" in p for p in problems)
+    assert any("vllm/sneaked_in.py is not listed" in p for p in problems)
+
+
+def test_contents(built: Path) -> None:
+    with zipfile.ZipFile(built) as zf:
+        names = set(zf.namelist())
+        assert zf.read("vllm/models/deepseek_v4/sparse_mla.py").decode() == PATCHED_SPARSE
+        assert zf.read("vllm/model_executor/warmup/toy_warmup.py").decode() == OVERLAY[
+            "vllm/model_executor/warmup/toy_warmup.py"]
+    assert not any(n.startswith("tests/") for n in names)
+
+
+def test_installs_and_imports(built: Path, tmp_path: Path) -> None:
+    py = venv(tmp_path / "venv")
+    res = pip(py, "install", "--no-deps", "--no-index", "-q", str(built))
+    assert res.returncode == 0, res.stderr
+    res = pip(py, "check")
+    assert res.returncode == 0, res.stdout + res.stderr
+    probe = textwrap.dedent("""\
+        import importlib.metadata as md, pathlib
+        import vllm, vllm.models.deepseek_v4.sparse_mla as m
+        from vllm.model_executor.warmup.toy_warmup import warmup
+        assert m._is_safe(0, 1) and not m._is_safe(1, 1)
+        assert m.build_metadata(3) == [0, 0, 0]
+        assert warmup() == "warm"
+        site = pathlib.Path(vllm.__file__).parents[1]
+        assert not (site / "tests").exists()
+        print(md.version("vllm"), vllm.__file__)
+        """)
+    res = subprocess.run([str(py), "-c", probe], check=False, capture_output=True, text=True, cwd=tmp_path,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert res.returncode == 0, res.stderr
+    version, where = res.stdout.split()
+    assert version == wheel_mod.read_info(built).metadata_version
+    assert str(tmp_path / "venv") in where
+    res = pip(py, "show", "-f", "vllm")
+    assert "vllm/models/deepseek_v4/sparse_mla.py" in res.stdout
+
+
+def test_refuses_an_already_patched_wheel(synthetic: dict[str, Path], built: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "dist"
+    res = run_wheel(synthetic, "--wheel", str(built), "--dest", str(dest))
+    assert res.returncode == 1
+    assert "already patched" in res.stderr and "+dsv4warmup" in res.stderr
+    assert not dest.exists()
+
+    # The same content with the label taken off: recognised by the series
+    # applying in reverse.
+    unpacked = tmp_path / "unpacked"
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(unpacked), str(built)], check=True,
+                   capture_output=True)
+    (root,) = unpacked.iterdir()
+    subprocess.run([sys.executable, "-m", "wheel", "pack", "--local-version", "", "-d", str(tmp_path),
+                    str(root)], check=True, capture_output=True)
+    (relabelled,) = tmp_path.glob("vllm-0.26.0-*.whl")
+    res = run_wheel(synthetic, "--wheel", str(relabelled), "--dest", str(dest))
+    assert res.returncode == 1
+    assert "already carries the v0.26.0 series" in res.stderr
+    assert not dest.exists()
+
+
+def test_refuses_unsupported_and_mismatched(synthetic: dict[str, Path], tmp_path: Path) -> None:
+    dest = tmp_path / "dist"
+    other = make_wheel(tmp_path / "w33", "vllm", "0.33.0", PRISTINE)
+    res = run_wheel(synthetic, "--wheel", str(other), "--dest", str(dest))
+    assert res.returncode == 1
+    assert "vLLM 0.33.0 is not supported" in res.stderr and "0.26.0" in res.stderr
+
+    res = run_wheel(synthetic, "--base", "0.33.0", "--dest", str(dest))  # refused before any download
+    assert res.returncode == 1 and "vLLM 0.33.0 is not supported" in res.stderr
+
+    res = run_wheel(synthetic, "--wheel", str(synthetic["official"]), "--base", "0.25.1", "--dest", str(dest))
+    assert res.returncode == 1 and "--base 0.25.1" in res.stderr
+
+    foreign = make_wheel(tmp_path / "wx", "notvllm", "0.26.0", PRISTINE)
+    res = run_wheel(synthetic, "--wheel", str(foreign), "--dest", str(dest))
+    assert res.returncode == 1 and "not of vllm" in res.stderr
+
+    files = dict(PRISTINE)
+    files["vllm/models/deepseek_v4/sparse_mla.py"] = "def build_metadata(n):\n    return None\n"
+    drifted = make_wheel(tmp_path / "wd", "vllm", "0.26.0", files)
+    res = run_wheel(synthetic, "--wheel", str(drifted), "--dest", str(dest))
+    assert res.returncode == 1
+    assert "0001-zero-init.patch" in res.stderr and "vllm/models/deepseek_v4/sparse_mla.py" in res.stderr
+    assert not dest.exists()
+
+
+def test_local_edit_that_still_applies_warns(synthetic: dict[str, Path], tmp_path: Path) -> None:
+    files = dict(PRISTINE)
+    files["vllm/models/deepseek_v4/sparse_mla.py"] += "# a local addition\n"
+    edited = make_wheel(tmp_path / "we", "vllm", "0.26.0", files)
+    res = run_wheel(synthetic, "--wheel", str(edited), "--dest", str(tmp_path / "dist"))
+    assert res.returncode == 0, res.stderr
+    assert "warning: vllm/models/deepseek_v4/sparse_mla.py differs from pristine vLLM 0.26.0" in res.stdout
+    (whl,) = (tmp_path / "dist").glob("*.whl")
+    with zipfile.ZipFile(whl) as zf:
+        assert zf.read("vllm/models/deepseek_v4/sparse_mla.py").decode() == PATCHED_SPARSE + "# a local addition\n"
+
+
+def test_verify_wheel_command(synthetic: dict[str, Path], built: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
+    res = subprocess.run([sys.executable, "-m", "dsv4warmup", "verify-wheel", str(built)],
+                         check=False, capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and "RECORD verifies" in res.stdout
+
+
+# --------------------------------------------------------------------------
+# The real thing: official 0.26.0 x86_64 wheel + the real series
+
+
+@pytest.fixture
+def big_tmp(tmp_path: Path):
+    """tmp_path, emptied afterwards (an installed vLLM is ~1 GB)."""
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_real_official_wheel(big_tmp: Path) -> None:
+    if "0.26.0" not in series_mod.available_bases():
+        pytest.skip("the real patches/v0.26.0 series does not exist yet")
+    tmp_path = big_tmp
+    official = wheel_mod.official_wheel("0.26.0")  # cached under .cache/wheel/
+    built = wheel_mod.build(official, "0.26.0", tmp_path / "dist")
+    assert wheel_mod.verify_record(built.path) == []
+    assert built.path.name.endswith("-cp38-abi3-manylinux_2_28_x86_64.whl")
+    assert str(wheel_mod.read_info(built.path).version) == built.version
+
+    # Install next to (in front of) this env's packages: torch, triton and
+    # vLLM's pure dependencies come from here, vllm from the patched wheel.
+    py = venv(tmp_path / "venv", parent_site=True)
+    res = pip(py, "install", "--no-deps", "--no-index", "--no-compile", "-q", str(built.path))
+    assert res.returncode == 0, res.stderr
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+
+    # Installed files are byte-identical to the patched source tree's.
+    patched = trees.patched_tree("0.26.0")
+    s = series_mod.load("0.26.0")
+    wanted = [f for f in [*s.touched_files, *s.overlay_files] if f.startswith("vllm/")]
+    assert wanted
+    for rel in wanted:
+        assert (site / rel).read_bytes() == (patched / rel).read_bytes(), rel
+        compile((site / rel).read_text(), rel, "exec")
+    sparse = (site / "vllm/models/deepseek_v4/sparse_mla.py").read_text()
+    if "_is_safe" in (patched / "vllm/models/deepseek_v4/sparse_mla.py").read_text():
+        assert "_is_safe" in sparse
+
+    # Import the patched module from the installed wheel (no PYTHONPATH, not
+    # from the repo): vllm's compiled extensions need CUDA torch and are not
+    # loaded on the way to this module.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DSV4_VLLM_TREE")}
+    probe = ("import vllm.models.deepseek_v4.sparse_mla as m, importlib.metadata as md; "
+             "print(m.__file__); print(md.version('vllm'))")
+    res = subprocess.run([str(py), "-c", probe], check=False, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    where, version = res.stdout.split()[-2:]
+    assert where == str(site / "vllm/models/deepseek_v4/sparse_mla.py")
+    assert version == built.version
