@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from . import devtree, pr, series, sources, tree, wheel
-from .paths import BUILD
+from .paths import BUILD, REPO
 
 
 def default_tree() -> Path:
@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("to_base")
     p.add_argument("dest", type=Path)
     sub.add_parser("fingerprints", help="recompute patches/fingerprints.json from the sdists")
+    p = sub.add_parser("lab", help="pack pristine + patched trees for the GPU lab (.lab/trees)")
+    p.add_argument("--base", default=sources.DEFAULT_BASE)
+    p = sub.add_parser("audit", help="key-coverage audit, pristine vs patched v0.26.0")
+    p.add_argument("--json-out", type=Path, help="also write both tables as JSON here")
     p = sub.add_parser("tree", help="a fresh pristine (or --patched) tree of a base")
     p.add_argument("base")
     p.add_argument("dest", type=Path)
@@ -101,6 +105,23 @@ def main(argv: list[str] | None = None) -> int:
             print(devtree.port(args.from_base, args.to_base, args.dest.resolve()))
         elif args.cmd == "fingerprints":
             devtree.write_fingerprints()
+        elif args.cmd == "lab":
+            from . import lab, trees
+
+            for name, path in (
+                ("pristine", trees.pristine_tree(args.base)),
+                ("patched", trees.patched_tree(args.base)),
+            ):
+                extra = tuple(
+                    rel
+                    for rel in series.load(args.base).overlay_files
+                    if rel.startswith("tests/") and name == "patched"
+                )
+                print(lab.pack(path, REPO / ".lab" / "trees" / f"{name}.tgz", extra))
+        elif args.cmd == "audit":
+            from . import audit
+
+            return audit.cli(args.json_out)
         elif args.cmd == "tree":
             dest = sources.extract(args.base, args.dest.resolve())
             if args.patched:

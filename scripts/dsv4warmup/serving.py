@@ -9,15 +9,46 @@ speculative token.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
-def default_cudagraph_capture_sizes(max_num_seqs: int, num_speculative_tokens: int) -> list[int]:
-    """vLLM's default capture sizes: 1, 2, 4, then multiples of 8 up to
-    min(max_num_seqs * (1 + k) , 512)."""
-    limit = min(max_num_seqs * (1 + num_speculative_tokens), 512)
-    sizes = [s for s in (1, 2, 4) if s <= limit]
-    sizes += list(range(8, limit + 1, 8))
+def default_cudagraph_capture_sizes(
+    max_num_seqs: int,
+    num_speculative_tokens: int,
+    max_num_batched_tokens: int | None = None,
+    *,
+    full_decode_graphs: bool = True,
+) -> list[int]:
+    """vLLM 0.26.0's default capture sizes (``performance_mode="balanced"``).
+
+    ``VllmConfig._set_cudagraph_sizes``: the largest size is
+    ``min(max_num_seqs * (1 + k) * 2, 512)``, capped by
+    ``max_num_batched_tokens``; the sizes are 1, 2, 4, multiples of 8 below 256,
+    multiples of 16 from 256, plus ``max_num_batched_tokens`` when it fits.
+    With speculative decoding the V1 runner then rounds every size up to a
+    multiple of ``1 + k`` (dropping those past the largest) when decode runs
+    in FULL CUDA graphs, as in the default FULL_AND_PIECEWISE mode
+    (``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode``).
+    """
+    query_len = 1 + num_speculative_tokens
+    largest = min(max_num_seqs * query_len * 2, 512)
+    if max_num_batched_tokens is not None:
+        largest = min(largest, max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= largest]
+    if largest >= 8:
+        sizes += range(8, min(largest + 1, 256), 8)
+    if largest >= 256:
+        sizes += range(256, largest + 1, 16)
+    if max_num_batched_tokens is not None and max_num_batched_tokens <= largest:
+        sizes.append(max_num_batched_tokens)
+    sizes = sorted(set(sizes))
+    if full_decode_graphs and query_len > 1 and sizes:
+        largest = sizes[-1]
+        rounded = sorted({-(-s // query_len) * query_len for s in sizes})
+        rounded = [s for s in rounded if s <= largest]
+        if not rounded and query_len <= largest:
+            rounded = [query_len]
+        sizes = rounded
     return sizes
 
 
@@ -50,7 +81,9 @@ class ServingConfig:
         if self.cudagraph_capture_sizes is not None:
             return tuple(self.cudagraph_capture_sizes)
         return tuple(
-            default_cudagraph_capture_sizes(self.max_num_seqs, self.num_speculative_tokens)
+            default_cudagraph_capture_sizes(
+                self.max_num_seqs, self.num_speculative_tokens, self.max_num_batched_tokens
+            )
         )
 
     def replace(self, **changes: object) -> "ServingConfig":

@@ -395,7 +395,7 @@ def apply_am(tree: Path, branch: str | None = None) -> Outcome:
         raise TreeError(f"cannot create branch {branch}: {res.stderr.strip()}")
     for patch in series.patches:
         env = _committer_env(tree, patch)
-        res = _git(tree, "am", "--quiet", "--keep-cr", str(patch.path), env=env)
+        res = _git(tree, "am", "--quiet", "--keep-cr", "--keep-non-patch", str(patch.path), env=env)
         if res.returncode != 0:
             _git(tree, "am", "--abort")
             _git(tree, "checkout", "-q", head)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -55,7 +56,7 @@ def test_series_is_well_formed(base: str) -> None:
         text = patch.text
         assert re.match(r"From [0-9a-f]{40} ", text), patch.name
         assert re.search(r"^From: .+ <.+@.+>$", text, re.M), patch.name
-        assert re.search(r"^Subject: \[PATCH\] \[[^\]]+\] ", text, re.M), patch.name
+        assert re.search(r"^Subject: \[PATCH\] (\[[^\]]+\])+ \S", text, re.M), patch.name
         assert re.search(r"^Signed-off-by: .+ <.+@.+>$", text, re.M), patch.name
         body = text.split("\n\n", 1)[1].split("\n---\n", 1)[0]
         assert len(body.split()) > 20, f"{patch.name}: the body must say why"
@@ -129,19 +130,32 @@ def test_conflicting_local_edit_is_refused(tmp_path: Path, capsys: pytest.Captur
     assert tree_digest(tree) == digest
 
 
+def _far_from_every_hunk(base: str, path: str) -> int:
+    """A line index of ``path`` in the middle of the longest stretch that the
+    series leaves unchanged (pristine vs fully patched)."""
+    before = (trees.pristine_tree(base) / path).read_text().splitlines()
+    after = (trees.patched_tree(base) / path).read_text().splitlines()
+    blocks = difflib.SequenceMatcher(None, before, after, autojunk=False).get_matching_blocks()
+    longest = max(blocks, key=lambda b: b.size)
+    assert longest.size > 10
+    return longest.a + longest.size // 2
+
+
 def test_non_conflicting_local_edit_applies_with_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = fresh("0.26.0", tmp_path)
     path = series_mod.load("0.26.0").patches[0].files[0]
-    with open(tree / path, "a") as f:
-        f.write("# a local addition at the end\n")
+    lines = (tree / path).read_text().splitlines(keepends=True)
+    at = _far_from_every_hunk("0.26.0", path)
+    lines.insert(at, "# a local edit the series does not touch\n")
+    (tree / path).write_text("".join(lines))
     assert run_cli("apply", "--tree", str(tree)) == 0
     captured = capsys.readouterr()
     assert f"warning: {path} differs from pristine vLLM 0.26.0" in captured.err
-    assert (tree / path).read_text().endswith("# a local addition at the end\n")
+    assert "# a local edit the series does not touch\n" in (tree / path).read_text()
     assert run_cli("revert", "--tree", str(tree)) == 0
-    assert (tree / path).read_text().endswith("# a local addition at the end\n")
+    assert (tree / path).read_text() == "".join(lines)
 
 
 def test_revert_refuses_an_edited_overlay_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,7 +188,7 @@ def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
     s = series_mod.load(base)
     assert run_cli("apply", "--tree", str(tree), "--mode", "am") == 0
     assert _git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"dsv4-warmup/v{base}"
-    log = _git(tree, "log", "--format=%an%x09%s%x09%(trailers:key=Signed-off-by,valueonly)",
+    log = _git(tree, "log", "--format=%an%x09%s%x09%(trailers:key=Signed-off-by,valueonly,separator=%x2C)",
                f"-{len(s.patches) + 1}").strip().splitlines()
     assert len(log) == len(s.patches) + 1 and log[-1].startswith("t\tpristine")
     for line, patch in zip(reversed(log[:-1]), s.patches):

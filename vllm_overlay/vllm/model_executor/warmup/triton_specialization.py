@@ -121,20 +121,31 @@ class TritonWarmupLaunch:
 
     def key(self) -> tuple[Any, ...]:
         """A hashable summary that is equal for launches Triton keys alike."""
+        params = getattr(self.kernel, "params", None) or ()
+        constexpr_nums = {p.num for p in params if p.is_constexpr}
+        runtime_names = {p.name for p in params if not p.is_constexpr}
 
-        def summarize(arg: Any) -> Any:
+        def summarize(arg: Any, by_value: bool) -> Any:
+            if by_value:
+                # constexprs and launch options (num_warps, ...) key by value.
+                return ("=", repr(arg))
             if isinstance(arg, WarmupPointer):
                 return ("*", str(arg.dtype), arg.aligned)
             if isinstance(arg, torch.Tensor):
                 return ("*", str(arg.dtype), arg.data_ptr() % 16 == 0)
             if isinstance(arg, bool) or not isinstance(arg, int):
-                return arg
+                return ("=", repr(arg))
             return int_key_class(arg)
 
         return (
             self.kernel_name,
-            tuple(summarize(a) for a in self.args),
-            tuple(sorted((k, summarize(v)) for k, v in self.kwargs.items())),
+            tuple(summarize(a, i in constexpr_nums) for i, a in enumerate(self.args)),
+            tuple(
+                sorted(
+                    (k, summarize(v, k not in runtime_names))
+                    for k, v in self.kwargs.items()
+                )
+            ),
         )
 
 

@@ -1,0 +1,106 @@
+"""Key-coverage audit: the keys the runtime produces vs the keys warmup compiles.
+
+For each of the 12 kernels, the runtime side comes from driving vLLM's own call
+sites (wrappers, proposer helpers, metadata builders, model forward) over a
+serving sweep with recording hooks; the warmup side from running the tree's
+start-up warmup with the same hooks. A tree is imported in a subprocess, so a
+pristine and a patched tree can be audited side by side.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .paths import REPO
+from .serving import FLASH, ServingConfig
+
+GROUPS = ("spec_decode", "sparse_mla", "mhc")
+
+
+@dataclass
+class Row:
+    kernel: str
+    runtime_keys: int
+    warmed_keys: int
+    missing: int
+    wasted: int
+    group: str = ""
+
+
+def rows_for(cfg: ServingConfig) -> list[Row]:
+    """Audit the vLLM tree importable in this process."""
+    rows: list[Row] = []
+    for group in GROUPS:
+        mod: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
+        runtime = mod.runtime_keys(cfg)
+        warm = mod.warmup_keys(cfg)
+        for kernel in sorted(set(runtime) | set(getattr(mod, "KERNELS", ())) | set(warm)):
+            rt, wk = set(runtime.get(kernel, ())), set(warm.get(kernel, ()))
+            rows.append(Row(kernel, len(rt), len(wk), len(rt - wk), len(wk - rt), group))
+    return rows
+
+
+def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> list[Row]:
+    """Audit ``tree`` in a fresh interpreter."""
+    env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
+    res = subprocess.run(
+        [sys.executable, "-m", "dsv4warmup.audit", json.dumps(cfg_overrides or {})],
+        capture_output=True, text=True, env=env,
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"audit of {tree} failed:\n{res.stderr[-4000:]}")
+    return [Row(**r) for r in json.loads(res.stdout.strip().splitlines()[-1])]
+
+
+def format_table(title: str, rows: list[Row]) -> str:
+    width = max([len(r.kernel) for r in rows] + [6])
+    lines = [title, f"  {'kernel':<{width}}  runtime  warmed  missing  wasted"]
+    for r in rows:
+        flag = "  <-- MISSING" if r.missing else ""
+        lines.append(
+            f"  {r.kernel:<{width}}  {r.runtime_keys:>7}  {r.warmed_keys:>6}  "
+            f"{r.missing:>7}  {r.wasted:>6}{flag}"
+        )
+    tot = [sum(getattr(r, f) for r in rows) for f in ("runtime_keys", "warmed_keys", "missing", "wasted")]
+    lines.append(f"  {'total':<{width}}  {tot[0]:>7}  {tot[1]:>6}  {tot[2]:>7}  {tot[3]:>6}")
+    return "\n".join(lines)
+
+
+def main() -> None:  # subprocess entry: rows of the importable tree as JSON
+    overrides = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    cfg = FLASH.replace(**overrides) if overrides else FLASH
+    rows = rows_for(cfg)
+    sys.stdout.write("\n" + json.dumps([asdict(r) for r in rows]) + "\n")
+
+
+if __name__ == "__main__":
+    main()
+
+
+def cli(json_out: Path | None = None) -> int:
+    """`make audit`: pristine vs patched v0.26.0 for the report's configuration."""
+    from . import trees
+
+    tables: dict[str, list[Row]] = {}
+    for name, tree in (
+        ("pristine", trees.pristine_tree("0.26.0")),
+        ("patched", trees.patched_tree("0.26.0")),
+    ):
+        tables[name] = rows_for_tree(tree)
+        print(format_table(f"{name} vLLM 0.26.0 ({tree}):", tables[name]))
+        print()
+    if json_out is not None:
+        json_out.write_text(
+            json.dumps({k: [asdict(r) for r in v] for k, v in tables.items()}, indent=1) + "\n"
+        )
+    missing = sum(r.missing for r in tables["patched"])
+    print(f"patched tree: {missing} runtime key(s) not warmed")
+    return 1 if missing else 0

@@ -1,0 +1,248 @@
+"""GPU check of the C128A top-k metadata kernel's bounds guard (run by hand).
+
+    python scripts/dsv4warmup/gpu/c128a_guard_check.py \\
+        --pristine-tree /path/to/pristine/vllm-0.26.0 [--mode all]
+
+The patched kernel is the ``vllm`` that Python imports (a patched tree on
+PYTHONPATH or a patched wheel); the unpatched one is loaded by file path from
+``--pristine-tree`` (``vllm/models/deepseek_v4/sparse_mla.py``), nothing of it
+is embedded here.
+
+Modes:
+
+* ``unpatched`` / ``patched``: one garbage batch (request ids far past the
+  block table and negative, garbage block numbers) through that kernel. Run
+  under ``compute-sanitizer --tool memcheck`` the unpatched kernel reports
+  invalid global reads; the patched one reports none and writes slot -1.
+* ``bench``: guard overhead on realistic batches (8192 tokens; C128A widths
+  512 and 8192, i.e. max_model_len 64K and 1M), patched vs unpatched in one
+  process, with ``triton.testing.do_bench`` (and CUDA graphs, where launch
+  overhead would hide a ~10 us kernel).
+* ``all`` (default): the two sanitizer runs as subprocesses (if
+  ``compute-sanitizer`` is found; caching allocator off so every tensor is its
+  own allocation), then ``bench``. Exits 1 if unpatched shows no error or
+  patched shows any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+RATIO = 128
+KV_BLOCK = 256
+BLOCK = KV_BLOCK // RATIO
+NUM_KV_BLOCKS = 20000
+
+
+def load_pristine(tree: Path) -> ModuleType:
+    path = tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
+    spec = importlib.util.spec_from_file_location("pristine_sparse_mla", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_patched() -> ModuleType:
+    from vllm.models.deepseek_v4 import sparse_mla
+
+    assert hasattr(sparse_mla, "_is_safe"), f"{sparse_mla.__file__} is not patched"
+    return sparse_mla
+
+
+def make_batch(
+    max_model_len: int, num_decode_tokens: int, num_prefill_tokens: int, seed: int = 0
+) -> dict[str, Any]:
+    """Decode tokens two per request (MTP), then prefill tokens of one
+    request; buffers sized like the metadata builder's."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    compressed = -(-max_model_len // RATIO)  # ceil
+    width = -(-compressed // 128) * 128  # C128A buffer row, padded to 128
+    table_width = -(-max_model_len // KV_BLOCK)
+    num_decodes = -(-num_decode_tokens // 2)
+    seq = torch.randint(2, max_model_len, (num_decodes,), device="cuda", generator=g)
+    decode_pos = torch.stack([seq - 2, seq - 1], 1).reshape(-1)[:num_decode_tokens]
+    prefill_pos = torch.arange(num_prefill_tokens, device="cuda") + max(
+        0, max_model_len - num_prefill_tokens
+    )
+    rows = num_decode_tokens + num_prefill_tokens
+    return dict(
+        positions=torch.cat([decode_pos, prefill_pos]).long(),
+        token_to_req=torch.cat(
+            [
+                torch.arange(num_decodes, device="cuda").repeat_interleave(2)[:num_decode_tokens],
+                torch.full((num_prefill_tokens,), num_decodes, device="cuda"),
+            ]
+        ).int(),
+        block_table=torch.randint(
+            0, NUM_KV_BLOCKS, (num_decodes + 1, table_width), device="cuda", generator=g
+        ).int(),
+        num_decodes=num_decodes,
+        num_decode_tokens=num_decode_tokens,
+        slot_mapping=torch.ones(rows, dtype=torch.int64, device="cuda"),
+        global_decode=torch.full((rows, width), -1, dtype=torch.int32, device="cuda"),
+        decode_lens=torch.zeros(rows, dtype=torch.int32, device="cuda"),
+        prefill=torch.full((rows, width), -1, dtype=torch.int32, device="cuda"),
+        width=width,
+    )
+
+
+def launch(module: ModuleType, b: dict[str, Any], patched: bool) -> None:
+    kwargs = {"num_kv_blocks": NUM_KV_BLOCKS} if patched else {}
+    module.build_c128a_topk_metadata(
+        b["positions"],
+        RATIO,
+        b["num_decode_tokens"],
+        b["token_to_req"],
+        b["block_table"][: b["num_decodes"]],
+        BLOCK,
+        b["slot_mapping"],
+        b["global_decode"],
+        b["decode_lens"],
+        b["prefill"],
+        max_compressed_tokens=b["width"],
+        **kwargs,
+    )
+
+
+def garbage_batch() -> dict[str, Any]:
+    b = make_batch(65536, 64, 16, seed=1)
+    # Request ids far past the block table and before it; garbage blocks.
+    b["token_to_req"][[0, 5]] = 1 << 24
+    b["token_to_req"][[2, 7]] = -(1 << 20)
+    b["block_table"][1, :4] = -1
+    b["block_table"][3, :4] = 1 << 30
+    return b
+
+
+def run_garbage(module: ModuleType, patched: bool) -> int:
+    import torch
+
+    b = garbage_batch()
+    try:
+        launch(module, b, patched)
+        torch.cuda.synchronize()
+    except Exception as exc:  # unpatched: illegal address without the sanitizer
+        print(f"{'patched' if patched else 'unpatched'}: launch failed: {exc!r}")
+        return 1
+    if patched:
+        bad = [0, 2, 5, 7]
+        ok = bool((b["global_decode"][bad] == -1).all()) and bool(
+            (b["decode_lens"][bad] == 0).all()
+        )
+        rows = b["global_decode"][: b["num_decode_tokens"]]
+        lens_ok = torch.equal(b["decode_lens"][: b["num_decode_tokens"]], (rows != -1).sum(1).int())
+        print(f"patched: garbage rows all -1 / length 0: {ok}; lengths consistent: {lens_ok}")
+        return 0 if ok and lens_ok else 1
+    print("unpatched: launch returned (errors, if any, are in the sanitizer report)")
+    return 0
+
+
+def bench(pristine: ModuleType, patched: ModuleType) -> None:
+    import torch
+    import triton
+
+    print(f"{'case':<34} {'unpatched us':>13} {'patched us':>11} {'overhead':>9}")
+    for max_model_len, label in ((65536, "width 512"), (1048576, "width 8192")):
+        for decode, prefill, kind in ((8192, 0, "decode"), (4096, 4096, "mixed")):
+            b = make_batch(max_model_len, decode, prefill)
+            for timer_name in ("do_bench", "do_bench_cudagraph"):
+                timer = getattr(triton.testing, timer_name, None)
+                if timer is None:
+                    continue
+                times = []
+                for module, is_patched in ((pristine, False), (patched, True)):
+                    launch(module, b, is_patched)  # compile outside the timing
+                    torch.cuda.synchronize()
+                    times.append(1000 * timer(lambda m=module, p=is_patched, b=b: launch(m, b, p)))
+                case = f"8192 tok {kind}, {label}, {timer_name.replace('do_bench', 'bench')}"
+                print(
+                    f"{case:<34} {times[0]:>13.2f} {times[1]:>11.2f} "
+                    f"{100 * (times[1] / times[0] - 1):>8.1f}%"
+                )
+            # Same results on valid inputs.
+            outs = []
+            for module, is_patched in ((pristine, False), (patched, True)):
+                launch(module, b, is_patched)
+                outs.append([b[k].clone() for k in ("global_decode", "decode_lens", "prefill")])
+            same = all(torch.equal(x, y) for x, y in zip(*outs, strict=True))
+            print(f"  valid inputs, identical outputs: {same}")
+
+
+def sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for candidate in ("/usr/local/cuda/bin/compute-sanitizer",):
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def sanitized_errors(tool: str, mode: str, args: argparse.Namespace) -> int:
+    cmd = [
+        tool,
+        "--tool",
+        "memcheck",
+        "--print-limit",
+        "5",
+        sys.executable,
+        __file__,
+        "--pristine-tree",
+        str(args.pristine_tree),
+        "--mode",
+        mode,
+    ]
+    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    out = proc.stdout + proc.stderr
+    print(f"--- compute-sanitizer, {mode} kernel (exit {proc.returncode}) ---")
+    print("\n".join(line for line in out.splitlines()[-25:]))
+    match = re.search(r"ERROR SUMMARY: (\d+) error", out)
+    return int(match.group(1)) if match else -1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pristine-tree", type=Path, required=True)
+    parser.add_argument("--mode", choices=("all", "unpatched", "patched", "bench"), default="all")
+    args = parser.parse_args()
+
+    if args.mode == "unpatched":
+        return run_garbage(load_pristine(args.pristine_tree), patched=False)
+    if args.mode == "patched":
+        return run_garbage(load_patched(), patched=True)
+    pristine, patched = load_pristine(args.pristine_tree), load_patched()
+    if args.mode == "bench":
+        bench(pristine, patched)
+        return 0
+
+    status = 0
+    tool = sanitizer()
+    if tool is None:
+        print("compute-sanitizer not found: skipping the memcheck runs")
+    else:
+        unpatched_errors = sanitized_errors(tool, "unpatched", args)
+        patched_errors = sanitized_errors(tool, "patched", args)
+        print(f"memcheck errors: unpatched {unpatched_errors}, patched {patched_errors}")
+        if unpatched_errors <= 0 or patched_errors != 0:
+            print("UNEXPECTED: want errors from the unpatched kernel and none from the patched")
+            status = 1
+    bench(pristine, patched)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
