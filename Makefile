@@ -78,3 +78,7 @@ wheel: setup
 
 pr: setup
 	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT))
+
+# GPU lab: pack pristine + patched trees into .lab/trees for scripts/lab/gpu-run.sh.
+lab: setup
+	$(RUN) lab

@@ -12,39 +12,42 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 lab() {  # lab NAME: environment of one tree (subshell callers only)
   export TRITON_CACHE_DIR=/tmp/lab-$1/triton-cache TILELANG_CACHE_DIR=/tmp/lab-$1/tilelang-cache
   # shellcheck disable=SC1091
-  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/.lab/bundle/site.tar.xz" "$REPO/.lab/trees/$1.tgz" "/tmp/lab-$1" >/dev/null
+  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/bundle/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "/tmp/lab-$1" >/dev/null
   export DSV4_VLLM_TREE=/tmp/lab-$1/tree
 }
 
-phase_upstream() {
-  for t in pristine patched; do
+phase_upstream() {  # TREES / UPSTREAM_TESTS select what runs
+  for t in ${TREES:-pristine patched}; do
     ( lab $t; cd "$DSV4_VLLM_TREE" && echo "### upstream tests on $t" &&
       timeout 900 python3 -m pytest --noconftest -q -p no:cacheprovider \
-        tests/kernels/test_mhc_kernels.py tests/v1/spec_decode/test_eagle_step_kernel.py 2>&1 | tail -25 )
+        ${UPSTREAM_TESTS:-tests/kernels/test_mhc_kernels.py tests/v1/spec_decode/test_eagle_step_kernel.py} 2>&1 | tail -25 )
   done
 }
 
 phase_gpu() {
   ( lab patched; cd "$REPO" && echo "### our GPU tests (patched tree, forked)" &&
-    timeout 1500 python3 -m pytest -m gpu -p no:cacheprovider -v -rA tests/gpu "$@" 2>&1 | tail -120 )
+    timeout 1500 python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu} 2>&1 | tail -150 )
 }
 
-phase_sanitizer() {
+phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard overhead
   ( lab patched; cd "$REPO" &&
-    for which in pristine patched; do
-      echo "### compute-sanitizer memcheck: c128a garbage input, $which kernel"
-      timeout 600 compute-sanitizer --tool memcheck --print-limit 5 \
-        python3 scripts/dsv4warmup/gpu/c128a_guard_check.py --kernel "$which" \
-          --pristine-tree /tmp/lab-pristine/tree --garbage 2>&1 | tail -15
-    done )
+    timeout 900 python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
+      --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 | tail -60 )
 }
 
-phase_bench() {
-  ( lab patched; cd "$REPO" && echo "### c128a guard overhead" &&
-    python3 scripts/dsv4warmup/gpu/c128a_guard_check.py --pristine-tree /tmp/lab-pristine/tree --bench 2>&1 | tail -20 )
+phase_bench() {  # warmup costs, cold and warm disk caches
+  ( lab patched; cd "$REPO" && echo "### Triton warmups" &&
+    timeout 600 python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 | tail -20 )
 }
 
-( lab pristine ) # unpack once
+phase_mhc() {
+  ( lab patched; cd "$REPO" && echo "### mHC warmup vs upstream grid" &&
+    timeout 1200 python3 scripts/dsv4warmup/gpu/mhc_warmup_bench.py --json "$OUT/mhc_bench.json" 2>&1 | tail -60 )
+}
+
+for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 for p in "$@"; do
   "phase_$p" 2>&1 | tee "$OUT/$p.log"
 done
