@@ -66,7 +66,8 @@ def test_warmup_keys_equal_runtime_keys(
         "mhc_pre_big_fuse_with_norm_tilelang",
         "hc_head_fuse_tilelang",
     } <= kernels
-    assert ("mhc_pre_big_fuse_broadcast_with_norm_tilelang" in kernels) == deep_gemm
+    broadcast = deep_gemm and cs.has_broadcast_pre()
+    assert ("mhc_pre_big_fuse_broadcast_with_norm_tilelang" in kernels) == broadcast
     assert ("hc_prenorm_gemm_tilelang" in kernels) == (not deep_gemm)
 
 
@@ -86,16 +87,15 @@ def test_model_code_launches_what_the_dispatch_helpers_select(
     bad = [t for t in counts if sites.launched[t] != sites.selected[t]]
     assert not bad, f"launched != selected at {bad[:10]}"
     helpers = {call.helper for call in sites.helper_calls}
+    broadcast = {"mhc_pre_broadcast_plan"} if cs.has_broadcast_pre() else set()
     assert helpers == {
-        "mhc_pre_plan",  # MTP block
+        "mhc_pre_plan",  # MTP block (and the target's first layer before 0.26)
         "mhc_fused_post_pre_plan",
         "mhc_post_key",
         "hc_head_key",
-    } | ({"mhc_pre_broadcast_plan"} if deep_gemm else set())
+    } | (broadcast if deep_gemm else set())
     # Only the broadcast pre fails, and only without DeepGEMM.
-    assert {call.helper for call in sites.failed} == (
-        set() if deep_gemm else {"mhc_pre_broadcast_plan"}
-    )
+    assert {call.helper for call in sites.failed} == (set() if deep_gemm else broadcast)
     # The calls a full sweep reuses are the ones seen here.
     assert cs.helper_calls(cfg, deep_gemm=deep_gemm) == sites.helper_calls
 
@@ -111,6 +111,23 @@ def test_recorded_keys_are_tilelangs_own() -> None:
         for num_tokens in (1, 8, 17, 128, 1024, 2048):
             cs._forward_all(models, num_tokens, True)
     assert recorder.checked_against_tilelang == cs.count(recorder.keys) > 0
+
+
+def test_static_arguments_alone_elaborate_the_runtime_kernel() -> None:
+    """The warmup's parallel precompile elaborates each kernel from its
+    static arguments alone; that must be the very kernel (same TIR, so the
+    same TileLang cache entry) the wrapper call elaborates with tensors."""
+    if not cs.real_tilelang_available():
+        pytest.skip("needs the tilelang package")
+    cfg = _cfg("flash", 132, 2048)
+    models = cs.build_models(cfg)
+    with cs.recording(cfg.sm_count, True) as recorder, cs._model_stubs():
+        for num_tokens in (1, 8, 17, 2048):
+            cs._forward_all(models, num_tokens, True)
+    assert len(recorder.first_calls) >= 6
+    for (kernel, static), (factory, args, kwargs) in recorder.first_calls.items():
+        with_tensors = factory.get_tir(*args, **kwargs).script()
+        assert factory.get_tir(**dict(static)).script() == with_tensors, kernel
 
 
 @pytest.mark.parametrize(

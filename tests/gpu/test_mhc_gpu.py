@@ -117,7 +117,11 @@ def test_startup_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> 
         sm_count=device_num_sms(),
     )
     models = cs.build_models(cfg, device="cuda")
-    with deep_gemm_mode(deep_gemm):
+    threads = str(min(16, os.cpu_count() or 1))
+    with (
+        deep_gemm_mode(deep_gemm),
+        mock.patch.dict(os.environ, {"VLLM_TRITON_JIT_WARMUP_NUM_THREADS": threads}),
+    ):
         # vLLM's startup entry point, as kernel_warmup calls it.
         with mock.patch.object(warmup.logger, "info") as info:
             warmup.deepseek_v4_mhc_warmup(

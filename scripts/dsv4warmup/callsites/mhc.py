@@ -164,6 +164,8 @@ class KeyRecorder:
     keys: KeysByKernel = field(default_factory=dict)
     calls: int = 0
     checked_against_tilelang: int = 0
+    # the first call's (factory, args, kwargs) per key
+    first_calls: dict[tuple[str, StaticKey], tuple[Any, tuple, dict]] = field(default_factory=dict)
 
     def reset(self) -> KeysByKernel:
         keys, self.keys = self.keys, {}
@@ -193,6 +195,7 @@ class _FactoryRecorder:
                 raise AssertionError(f"{self.name}: TileLang key {real} != {key}")
             self.checked.add(key)
             self.recorder.checked_against_tilelang += 1
+        self.recorder.first_calls.setdefault((self.name, key), (self.factory, args, kwargs))
         self.recorder.add(self.name, key)
 
 
@@ -440,6 +443,19 @@ class Models:
     draft: Any | None
 
 
+def _finalize_broadcast(target: Any) -> None:
+    """What load_weights does for the broadcast first layer (vLLM >= 0.26)."""
+    finalize = getattr(target, "finalize_mhc_broadcast_weights", None)
+    if finalize is not None:
+        finalize()
+
+
+def has_broadcast_pre() -> bool:
+    """Whether the tree's first layer broadcasts (T, H) embeddings (0.26+);
+    0.25.1 repeats them to (T, hc_mult, H) and runs the plain pre."""
+    return hasattr(importlib.import_module(WRAPPERS_MODULE), "mhc_pre_broadcast_tilelang")
+
+
 def build_models(cfg: ServingConfig, device: str = "meta") -> Models:
     """The target ``DeepseekV4Model`` (two layers, one pipeline stage) and,
     with MTP, the ``DeepSeekV4MTP`` draft, on ``device`` (the meta device:
@@ -461,7 +477,7 @@ def build_models(cfg: ServingConfig, device: str = "meta") -> Models:
         torch.device(device),
     ):
         target = model_mod.DeepseekV4Model(vllm_config=vllm_config, prefix="model")
-        target.finalize_mhc_broadcast_weights()
+        _finalize_broadcast(target)
         target.norm = nn.Identity()  # the final RMSNorm runs after hc_head
         draft = None
         if cfg.speculative_method == "mtp" and cfg.num_speculative_tokens > 0:
@@ -471,7 +487,7 @@ def build_models(cfg: ServingConfig, device: str = "meta") -> Models:
                 for model in (target, draft):
                     for param in model.parameters() if model is not None else ():
                         param.normal_(0.0, 0.01)
-                target.finalize_mhc_broadcast_weights()
+                _finalize_broadcast(target)
     return Models(target, draft)
 
 
