@@ -72,15 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--patched", action="store_true")
     p = sub.add_parser("wheel", help="a pip-installable vLLM wheel carrying the series")
     p.add_argument("--wheel", type=Path, help="official vLLM wheel (default: fetch the x86_64 one)")
-    p.add_argument("--base", help=f"base to fetch, or to insist on (default {sources.DEFAULT_BASE})")
+    p.add_argument(
+        "--base", help=f"base to fetch, or to insist on (default {sources.DEFAULT_BASE})"
+    )
     p.add_argument("--dest", type=Path, help="output folder (default dist/)")
     p = sub.add_parser("verify-wheel", help="check a wheel's RECORD (hashes, sizes, listing)")
     p.add_argument("wheels", type=Path, nargs="+")
     p = sub.add_parser("pr", help="per patch: a git am branch and a PR body, after checks")
     p.add_argument("--base", action="append", help="base (repeatable; default: every series)")
     p.add_argument("--out", type=Path, default=BUILD / "pr", help="output (default build/pr)")
-    p.add_argument("--results", type=Path, default=pr.GPU_RESULTS,
-                   help="measured figures, a section per patch or kernel (default docs/gpu-results.md)")
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=pr.GPU_RESULTS,
+        help="measured figures, a section per patch or kernel (default docs/gpu-results.md)",
+    )
 
     args = parser.parse_args(argv)
     try:
@@ -135,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             for path in args.wheels:
                 problems = wheel.verify_record(path)
                 bad += bool(problems)
-                print(f"{path}: " + ("RECORD verifies" if not problems else "RECORD does not verify"))
+                print(
+                    f"{path}: " + ("RECORD verifies" if not problems else "RECORD does not verify")
+                )
                 for problem in problems:
                     print(f"  {problem}")
             return 1 if bad else 0
@@ -147,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                 prs = pr.export(base.removeprefix("v"), args.out.resolve(), args.results)
                 print(pr.summary(base.removeprefix("v"), args.out.resolve(), prs))
     except (
-        tree.TreeError, series.SeriesError, sources.SourceError, wheel.WheelError, pr.PrError
+        tree.TreeError,
+        series.SeriesError,
+        sources.SourceError,
+        wheel.WheelError,
+        pr.PrError,
     ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -117,8 +117,18 @@ def regen(base: str, src: Path) -> str:
             )
         name = f"{number:04d}-{_slug(subject)}.patch"
         mail = _git(
-            src, "format-patch", "-1", "--stdout", "--zero-commit", "--no-signature",
-            "-N", "--no-renames", "--full-index", commit, "--", *edited,
+            src,
+            "format-patch",
+            "-1",
+            "--stdout",
+            "--zero-commit",
+            "--no-signature",
+            "-N",
+            "--no-renames",
+            "--full-index",
+            commit,
+            "--",
+            *edited,
         )
         if "Signed-off-by:" not in mail:
             raise TreeError(f"commit {commit[:12]} ({subject}) has no Signed-off-by")
@@ -170,11 +180,17 @@ def port(from_base: str, to_base: str, dest: Path) -> str:
             ["add", "-A", "-f", "."],
             ["commit", "-q", "-m", f"vLLM {from_base} (pristine sdist)"],
         ):
-            subprocess.run(["git", *args], cwd=side / "tree", env=env, check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["git", *args], cwd=side / "tree", env=env, check=True, capture_output=True
+            )
         for patch in source.patches:
-            subprocess.run(["git", "am", "-q", "--keep-non-patch", str(patch.path)],
-                           cwd=side / "tree", env=env, check=True, capture_output=True)
+            subprocess.run(
+                ["git", "am", "-q", "--keep-non-patch", str(patch.path)],
+                cwd=side / "tree",
+                env=env,
+                check=True,
+                capture_output=True,
+            )
     finally:
         shutil.rmtree(side, ignore_errors=True)
     _git(dest, "checkout", "-q", "-f", "-b", f"dsv4-warmup/v{to_base}", f"v{to_base}")

@@ -105,7 +105,9 @@ def message(patch: Patch) -> tuple[str, str, list[str]]:
 
 def _added_text(patch: Patch) -> str:
     """Lines a patch adds, and its overlay files: where its imports are."""
-    added = [ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    added = [
+        ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")
+    ]
     overlay = [(OVERLAY / rel).read_text(errors="replace") for rel in patch.overlay]
     return "\n".join(added + overlay)
 
@@ -116,7 +118,9 @@ def _diff_text(patch: Patch) -> str:
         for ln in patch.text.splitlines()
         if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
     ]
-    return "\n".join(changed + [(OVERLAY / rel).read_text(errors="replace") for rel in patch.overlay])
+    return "\n".join(
+        changed + [(OVERLAY / rel).read_text(errors="replace") for rel in patch.overlay]
+    )
 
 
 def _module(rel: str) -> str | None:
@@ -142,9 +146,13 @@ def _defined_names(patch: Patch) -> set[str]:
     """Functions, classes and module-level names the patch's added lines define
     (its overlay modules are matched by import instead)."""
     names: set[str] = set()
-    added = [ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    added = [
+        ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")
+    ]
     for line in added:
-        m = re.match(r"\s*(?:async\s+)?(?:def|class)\s+(\w+)|([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)", line)
+        m = re.match(
+            r"\s*(?:async\s+)?(?:def|class)\s+(\w+)|([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)", line
+        )
         name = m and (m.group(1) or m.group(2))
         if name and len(name) > 2 and not name.startswith("__"):
             names.add(name)
@@ -218,9 +226,20 @@ def ruff_for(tree: Path) -> tuple[str, str]:
     if _ruff_version(str(exe)) != pin:
         shutil.rmtree(target, ignore_errors=True)
         res = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-             "--target", str(target), f"ruff=={pin}"],
-            check=False, capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--target",
+                str(target),
+                f"ruff=={pin}",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
         )
         if res.returncode != 0 or _ruff_version(str(exe)) != pin:
             if local is None:
@@ -237,9 +256,19 @@ def _run(cmd: list[str], cwd: Path, stdin: str | None = None) -> subprocess.Comp
 
 def _lint(ruff: str, repo: Path, rel: str, content: str) -> list[dict[str, object]]:
     res = _run(
-        [ruff, "check", "--no-cache", "--force-exclude", "--output-format", "json",
-         "--stdin-filename", rel, "-"],
-        repo, content,
+        [
+            ruff,
+            "check",
+            "--no-cache",
+            "--force-exclude",
+            "--output-format",
+            "json",
+            "--stdin-filename",
+            rel,
+            "-",
+        ],
+        repo,
+        content,
     )
     if res.returncode not in (0, 1):
         raise PrError(f"ruff check failed on {rel}: {res.stderr.strip()}")
@@ -249,7 +278,8 @@ def _lint(ruff: str, repo: Path, rel: str, content: str) -> list[dict[str, objec
 def _formatted(ruff: str, repo: Path, rel: str, content: str) -> str:
     res = _run(
         [ruff, "format", "--no-cache", "--force-exclude", "--stdin-filename", rel, "-"],
-        repo, content,
+        repo,
+        content,
     )
     if res.returncode != 0:
         raise PrError(f"ruff format cannot parse {rel}: {res.stderr.strip()}")
@@ -284,12 +314,18 @@ def style_problems(ruff: str, repo: Path, patch: Patch, rev: str = "HEAD") -> li
 
         found = _lint(ruff, repo, rel, now)
         if found:
-            base = Counter(str(v["code"]) for v in _lint(ruff, repo, rel, before)) if before else Counter()
+            base = (
+                Counter(str(v["code"]) for v in _lint(ruff, repo, rel, before))
+                if before
+                else Counter()
+            )
             new = Counter(str(v["code"]) for v in found) - base
             for v in found:
                 if new[str(v["code"])] > 0:
                     row = v["location"]["row"]  # type: ignore[index]
-                    problems.append(f"{patch.name}: {rel}:{row}: ruff check {v['code']} {v['message']}")
+                    problems.append(
+                        f"{patch.name}: {rel}:{row}: ruff check {v['code']} {v['message']}"
+                    )
 
         formatted = _formatted(ruff, repo, rel, now)
         if formatted != now:
@@ -297,7 +333,9 @@ def style_problems(ruff: str, repo: Path, patch: Patch, rev: str = "HEAD") -> li
                 ours = True
             else:  # the pristine file is not formatted either: blame lines
                 added = _added_lines(repo, rev, rel)
-                sm = difflib.SequenceMatcher(None, now.splitlines(), formatted.splitlines(), autojunk=False)
+                sm = difflib.SequenceMatcher(
+                    None, now.splitlines(), formatted.splitlines(), autojunk=False
+                )
                 touched = {
                     i + 1
                     for tag, i1, i2, _, _ in sm.get_opcodes()
@@ -328,12 +366,14 @@ class PullRequest:
 def _sections(markdown: str) -> list[tuple[int, str, str]]:
     """(level, heading, text incl. heading) of every section."""
     lines = markdown.splitlines()
-    heads = [(i, len(m.group(1)), m.group(2).strip())
-             for i, line in enumerate(lines)
-             if (m := re.match(r"^(#{1,6})\s+(.*)$", line))]
+    heads = [
+        (i, len(m.group(1)), m.group(2).strip())
+        for i, line in enumerate(lines)
+        if (m := re.match(r"^(#{1,6})\s+(.*)$", line))
+    ]
     out = []
     for k, (i, level, title) in enumerate(heads):
-        end = next((j for j, lv, _ in heads[k + 1:] if lv <= level), len(lines))
+        end = next((j for j, lv, _ in heads[k + 1 :] if lv <= level), len(lines))
         out.append((i, level, title, "\n".join(lines[i:end]).strip()))
     return [(lv, t, s) for _, lv, t, s in out]
 
@@ -370,6 +410,7 @@ def measured(pr: PullRequest, results: Path) -> str | None:
 
 def _demote(text: str, by: int) -> str:
     """Headings nest under the body's ``## Test Result``."""
+
     def repl(m: re.Match[str]) -> str:
         return "#" * min(6, max(3, len(m.group(1)) + by)) + " "
 
@@ -379,15 +420,26 @@ def _demote(text: str, by: int) -> str:
 def upstream_tests(tree: Path, patch: Patch, limit: int = 6) -> list[str]:
     """vLLM's own tests that import a module the patch changes (or the
     patch's own vLLM-tree tests)."""
-    own = sorted(f for f in [*patch.files, *patch.overlay] if f.startswith("tests/") and f.endswith(".py"))
+    own = sorted(
+        f for f in [*patch.files, *patch.overlay] if f.startswith("tests/") and f.endswith(".py")
+    )
     modules = [m for f in patch.files if f.startswith("vllm/") and (m := _module(f))]
     hits: list[str] = []
     if modules:
-        res = _run(["git", "grep", "-l", "-E", "|".join(re.escape(m) + r"\b" for m in modules),
-                    "--", "tests/*.py"], tree)
+        res = _run(
+            [
+                "git",
+                "grep",
+                "-l",
+                "-E",
+                "|".join(re.escape(m) + r"\b" for m in modules),
+                "--",
+                "tests/*.py",
+            ],
+            tree,
+        )
         hits = sorted(
-            f for f in res.stdout.split()
-            if Path(f).name.startswith("test_") and f not in own
+            f for f in res.stdout.split() if Path(f).name.startswith("test_") and f not in own
         )
     return own + hits[:limit]
 
@@ -418,20 +470,31 @@ def fill_template(template: str, sections: dict[str, str]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def render(pr: PullRequest, base: str, template: str, results: Path, ruff_note: str,
-           numbers: dict[str, str]) -> str:
+def render(
+    pr: PullRequest,
+    base: str,
+    template: str,
+    results: Path,
+    ruff_note: str,
+    numbers: dict[str, str],
+) -> str:
     subject, body, _ = message(pr.patch)
     files = sorted({*pr.patch.files, *pr.patch.overlay})
     purpose = [body or subject, ""]
     if "48809" not in body:
-        purpose += [f"Part of the fix for {ISSUE} (DeepSeek V4 JIT kernels compiled during inference).", ""]
+        purpose += [
+            f"Part of the fix for {ISSUE} (DeepSeek V4 JIT kernels compiled during inference).",
+            "",
+        ]
     if pr.deps:
         purpose.append(
             f"**Depends on** {len(pr.deps)} earlier patch(es) of this series; their commits are the "
             "first commits of this branch, so merge (or review) those PRs first:"
         )
-        purpose += [f"- {numbers[d.name]} {message(d)[0]} (branch `dsv4-warmup/{number_and_slug(d)[1]}`)"
-                    for d in pr.deps]
+        purpose += [
+            f"- {numbers[d.name]} {message(d)[0]} (branch `dsv4-warmup/{number_and_slug(d)[1]}`)"
+            for d in pr.deps
+        ]
     else:
         purpose.append(f"**Depends on** nothing: applies on its own to vLLM v{base}.")
     purpose += ["", "Files:", *[f"- `{f}`" for f in files]]
@@ -453,18 +516,25 @@ def render(pr: PullRequest, base: str, template: str, results: Path, ruff_note: 
     if found:
         result += ["Measured (from dsv4-warmup `docs/gpu-results.md`):", "", found]
     elif results.is_file():
-        result.append("GPU figures: not yet measured (no section of the results names this patch or its kernels).")
+        result.append(
+            "GPU figures: not yet measured (no section of the results names this patch or its kernels)."
+        )
     else:
         result.append("GPU figures: not yet measured.")
 
-    filled = fill_template(template, {
-        "Purpose": "\n".join(purpose),
-        "Test Plan": "\n".join(plan),
-        "Test Result": "\n".join(result),
-    })
+    filled = fill_template(
+        template,
+        {
+            "Purpose": "\n".join(purpose),
+            "Test Plan": "\n".join(plan),
+            "Test Result": "\n".join(result),
+        },
+    )
     head = f"<!-- title: {subject} | branch: {pr.branch} | base: v{base} -->\n"
     if filled.startswith("<!-- markdownlint-disable -->\n"):
-        return filled.replace("<!-- markdownlint-disable -->\n", "<!-- markdownlint-disable -->\n" + head, 1)
+        return filled.replace(
+            "<!-- markdownlint-disable -->\n", "<!-- markdownlint-disable -->\n" + head, 1
+        )
     return head + filled
 
 
@@ -502,7 +572,9 @@ def _am(repo: Path, branch: str, base: str, patches: list[Patch]) -> None:
     devtree.am_series(repo, Series(base, patches))
 
 
-def _branch(repo: Path, branch: str, base: str, patch: Patch, choices: list[list[Patch]]) -> list[Patch]:
+def _branch(
+    repo: Path, branch: str, base: str, patch: Patch, choices: list[list[Patch]]
+) -> list[Patch]:
     """Make ``branch``: ``patch`` on the first dependency set it applies on
     (the hard dependencies alone, else with the ones it shares files with)."""
     choices = [c for k, c in enumerate(choices) if c not in choices[:k]]
@@ -540,7 +612,9 @@ def export(base: str, out: Path, results: Path = GPU_RESULTS) -> list[PullReques
             _am(repo, f"dsv4-warmup/v{base}", base, series.patches)
         except TreeError as e:
             errors.append(f"the series does not apply in order: {e}")
-            raise PrError(f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors)) from None
+            raise PrError(
+                f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors)
+            ) from None
 
         ruff, ruff_note = ruff_for(repo)
         direct = direct_dependencies(series)
@@ -552,8 +626,13 @@ def export(base: str, out: Path, results: Path = GPU_RESULTS) -> list[PullReques
             hard, textual = direct[patch.name]
             branch = f"dsv4-warmup/{slug}"
             try:
-                deps[patch.name] = _branch(repo, branch, base, patch, [
-                    closure(series, hard, deps), closure(series, hard | textual, deps)])
+                deps[patch.name] = _branch(
+                    repo,
+                    branch,
+                    base,
+                    patch,
+                    [closure(series, hard, deps), closure(series, hard | textual, deps)],
+                )
             except TreeError as e:
                 errors.append(f"{patch.name}: its PR branch does not build: {e}")
                 deps[patch.name] = closure(series, hard | textual, deps)
@@ -564,7 +643,9 @@ def export(base: str, out: Path, results: Path = GPU_RESULTS) -> list[PullReques
             prs.append(pr)
         devtree._git(repo, "checkout", "-q", f"dsv4-warmup/v{base}")
         if errors:
-            raise PrError(f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors))
+            raise PrError(
+                f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors)
+            )
         for pr in prs:
             pr.body = render(pr, base, template, results, ruff_note, numbers)
 

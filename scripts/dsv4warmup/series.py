@@ -69,9 +69,7 @@ class Patch:
             if not m:
                 continue
             for h in _HUNK.finditer(block):
-                out.append(
-                    Hunk(m.group(2), h.group(0), int(h.group(1)), int(h.group(2) or 1))
-                )
+                out.append(Hunk(m.group(2), h.group(0), int(h.group(1)), int(h.group(2) or 1)))
         return out
 
 
@@ -98,11 +96,7 @@ class Series:
 
 
 def available_bases() -> list[str]:
-    return sorted(
-        d.name.removeprefix("v")
-        for d in PATCHES.glob("v*")
-        if (d / "series").is_file()
-    )
+    return sorted(d.name.removeprefix("v") for d in PATCHES.glob("v*") if (d / "series").is_file())
 
 
 def load(base: str, check_overlay: bool = True) -> Series:

@@ -86,7 +86,7 @@ class ServingConfig:
             )
         )
 
-    def replace(self, **changes: object) -> "ServingConfig":
+    def replace(self, **changes: object) -> ServingConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 

@@ -97,9 +97,7 @@ def sdist(version: str) -> Path:
     got = _sha256(Path(tmp.name))
     if got != expected:
         os.unlink(tmp.name)
-        raise SourceError(
-            f"vllm-{version}.tar.gz sha256 mismatch: expected {expected}, got {got}"
-        )
+        raise SourceError(f"vllm-{version}.tar.gz sha256 mismatch: expected {expected}, got {got}")
     os.replace(tmp.name, path)
     return path
 

@@ -212,9 +212,7 @@ def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
         f = tree / rel
         data = _overlay_bytes(rel)
         if f.exists() and (not f.is_file() or f.read_bytes() != data):
-            raise TreeError(
-                f"overlay file {rel} already exists in the tree with other content"
-            )
+            raise TreeError(f"overlay file {rel} already exists in the tree with other content")
         result[rel] = data
     return result
 
@@ -286,7 +284,9 @@ def apply(tree: Path, dry_run: bool = False) -> Outcome:
     try:
         contents = plan_apply(tree, series)
     except TreeError as e:
-        raise TreeError(f"refusing to apply the v{det.base} series: {e}; {tree} is unchanged") from None
+        raise TreeError(
+            f"refusing to apply the v{det.base} series: {e}; {tree} is unchanged"
+        ) from None
     warnings = [
         f"{rel} differs from pristine vLLM {det.base}; the series still applies cleanly"
         for rel in det.drift
@@ -314,7 +314,9 @@ def revert(tree: Path, dry_run: bool = False) -> Outcome:
     try:
         contents = plan_revert(tree, series)
     except TreeError as e:
-        raise TreeError(f"refusing to revert the v{det.base} series: {e}; {tree} is unchanged") from None
+        raise TreeError(
+            f"refusing to revert the v{det.base} series: {e}; {tree} is unchanged"
+        ) from None
     if dry_run:
         return Outcome(f"check: the v{det.base} series reverts cleanly from {tree}")
     changed = _write(tree, contents)
@@ -341,7 +343,9 @@ def status(tree: Path) -> str:
         if det.drift:
             lines.append("differs from pristine: " + ", ".join(det.drift))
     else:
-        lines.append(f"state:   {'applied' if det.state == 'applied' else 'pristine (not applied)'}")
+        lines.append(
+            f"state:   {'applied' if det.state == 'applied' else 'pristine (not applied)'}"
+        )
     mark = "+" if det.state == "applied" else " "
     for patch in series.patches:
         lines.append(f"  [{mark}] {patch.name}")
@@ -354,7 +358,9 @@ def status(tree: Path) -> str:
 # MODE=am: one commit per patch on a new branch of a git checkout
 
 
-def _git(tree: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _git(
+    tree: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=env)
 
 
@@ -383,13 +389,16 @@ def apply_am(tree: Path, branch: str | None = None) -> Outcome:
     try:
         plan_apply(tree, series)
     except TreeError as e:
-        raise TreeError(f"refusing to apply the v{det.base} series: {e}; {tree} is unchanged") from None
+        raise TreeError(
+            f"refusing to apply the v{det.base} series: {e}; {tree} is unchanged"
+        ) from None
     branch = branch or f"dsv4-warmup/v{det.base}"
     if _git(tree, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}").returncode == 0:
         raise TreeError(f"branch {branch} already exists in {tree}; pass another BRANCH")
-    head = _git(tree, "symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip() or _git(
-        tree, "rev-parse", "HEAD"
-    ).stdout.strip()
+    head = (
+        _git(tree, "symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip()
+        or _git(tree, "rev-parse", "HEAD").stdout.strip()
+    )
     res = _git(tree, "checkout", "-q", "-b", branch)
     if res.returncode != 0:
         raise TreeError(f"cannot create branch {branch}: {res.stderr.strip()}")
@@ -400,7 +409,9 @@ def apply_am(tree: Path, branch: str | None = None) -> Outcome:
             _git(tree, "am", "--abort")
             _git(tree, "checkout", "-q", head)
             _git(tree, "branch", "-D", branch)
-            raise TreeError(f"git am of {patch.name} failed: {res.stderr.strip()}; {tree} is unchanged")
+            raise TreeError(
+                f"git am of {patch.name} failed: {res.stderr.strip()}; {tree} is unchanged"
+            )
         if patch.overlay:
             _write(tree, {rel: _overlay_bytes(rel) for rel in patch.overlay})
             _git(tree, "add", "-f", "--", *patch.overlay)

@@ -21,7 +21,7 @@ _TARGET_ARCH = 90
 _WARP_SIZE = 32
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _backend() -> Any:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -29,7 +29,7 @@ def _backend() -> Any:
     return triton.compiler.make_backend(GPUTarget("cuda", _TARGET_ARCH, _WARP_SIZE))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _binder(fn: Any) -> Any:
     from triton.runtime.jit import create_function_from_signature
 

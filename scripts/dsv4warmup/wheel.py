@@ -152,9 +152,7 @@ def read_info(whl: Path) -> WheelInfo:
     except InvalidVersion:
         raise WheelError(f"{whl.name}: METADATA version {m.group(1)!r} is invalid") from None
     if metadata_version != version:
-        raise WheelError(
-            f"{whl.name}: file name says {version}, METADATA says {metadata_version}"
-        )
+        raise WheelError(f"{whl.name}: file name says {version}, METADATA says {metadata_version}")
     return WheelInfo(whl, str(name), version, dist_info, m.group(1))
 
 
@@ -329,7 +327,9 @@ def _drift(root: Path, series: series_mod.Series) -> list[str]:
         if not (_in_wheel(rel) and rel in known and f.is_file()):
             continue
         if hashlib.sha256(f.read_bytes()).hexdigest() != known[rel]:
-            out.append(f"{rel} differs from pristine vLLM {series.base}; the series still applies cleanly")
+            out.append(
+                f"{rel} differs from pristine vLLM {series.base}; the series still applies cleanly"
+            )
     return out
 
 
@@ -407,7 +407,9 @@ def build(wheel: Path | None = None, base: str | None = None, dest: Path = DIST)
         base = (base or sources.DEFAULT_BASE).removeprefix("v")
         if base not in series_mod.available_bases():
             have = ", ".join(series_mod.available_bases()) or "none"
-            raise WheelError(f"vLLM {base} is not supported by this patch set (supported bases: {have})")
+            raise WheelError(
+                f"vLLM {base} is not supported by this patch set (supported bases: {have})"
+            )
         wheel = official_wheel(base)
     wheel = Path(wheel).resolve()
     if not wheel.is_file():

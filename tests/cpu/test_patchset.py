@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dsv4warmup import series as series_mod
 from dsv4warmup import sources, trees
 from dsv4warmup import tree as tree_mod
@@ -111,7 +110,9 @@ def test_not_a_vllm_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "not a vLLM source tree" in capsys.readouterr().err
 
 
-def test_conflicting_local_edit_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_conflicting_local_edit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tree = fresh("0.26.0", tmp_path)
     s = series_mod.load("0.26.0")
     path = s.patches[0].files[0]
@@ -158,7 +159,9 @@ def test_non_conflicting_local_edit_applies_with_warning(
     assert (tree / path).read_text() == "".join(lines)
 
 
-def test_revert_refuses_an_edited_overlay_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_revert_refuses_an_edited_overlay_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     s = series_mod.load("0.26.0")
     if not s.overlay_files:
         pytest.skip("the series has no overlay files")
@@ -173,10 +176,16 @@ def test_revert_refuses_an_edited_overlay_file(tmp_path: Path, capsys: pytest.Ca
 
 
 def _git(tree: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
-    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True,
-                          text=True, env=env).stdout
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    return subprocess.run(
+        ["git", "-C", str(tree), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
 
 
 @pytest.mark.parametrize("base", BASES)
@@ -188,10 +197,18 @@ def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
     s = series_mod.load(base)
     assert run_cli("apply", "--tree", str(tree), "--mode", "am") == 0
     assert _git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"dsv4-warmup/v{base}"
-    log = _git(tree, "log", "--format=%an%x09%s%x09%(trailers:key=Signed-off-by,valueonly,separator=%x2C)",
-               f"-{len(s.patches) + 1}").strip().splitlines()
+    log = (
+        _git(
+            tree,
+            "log",
+            "--format=%an%x09%s%x09%(trailers:key=Signed-off-by,valueonly,separator=%x2C)",
+            f"-{len(s.patches) + 1}",
+        )
+        .strip()
+        .splitlines()
+    )
     assert len(log) == len(s.patches) + 1 and log[-1].startswith("t\tpristine")
-    for line, patch in zip(reversed(log[:-1]), s.patches):
+    for line, patch in zip(reversed(log[:-1]), s.patches, strict=True):
         author, subject, signoff = line.split("\t")
         assert subject in patch.subject
         assert signoff and author == "dsv4-warmup"
@@ -207,8 +224,12 @@ def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
 def test_plain_patch_p1_applies_in_order(base: str, tmp_path: Path) -> None:
     tree = fresh(base, tmp_path)
     for patch in series_mod.load(base).patches:
-        res = subprocess.run(["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-s",
-                              "-i", str(patch.path)], cwd=tree, capture_output=True, text=True)
+        res = subprocess.run(
+            ["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-s", "-i", str(patch.path)],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+        )
         assert res.returncode == 0, f"{patch.name}: {res.stdout}{res.stderr}"
         assert "fuzz" not in res.stdout.lower() and "offset" not in res.stdout.lower()
 
@@ -221,5 +242,7 @@ def test_fingerprints_match_the_sdists() -> None:
         assert set(series_mod.load(base).touched_files) <= set(paths)
     for version, fp in table.items():
         members = sources.read_members(version, paths)
-        got = {p: hashlib.sha256(d).hexdigest() if d is not None else None for p, d in members.items()}
+        got = {
+            p: hashlib.sha256(d).hexdigest() if d is not None else None for p, d in members.items()
+        }
         assert got == fp, version

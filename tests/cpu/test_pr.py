@@ -31,10 +31,16 @@ MTP_NORM = "vllm/models/deepseek_v4/common/ops/fused_mtp_input_rmsnorm.py"
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="T", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="T", GIT_COMMITTER_EMAIL="t@example.com")
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True, env=env).stdout
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="T",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="T",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
 
 
 def sections_of(body: str) -> dict[str, str]:
@@ -50,8 +56,11 @@ def sections_of(body: str) -> dict[str, str]:
 # The real series
 
 
-@pytest.fixture(scope="module", params=BASES or [
-    pytest.param(None, marks=pytest.mark.skip(reason="no real patch series exists yet"))])
+@pytest.fixture(
+    scope="module",
+    params=BASES
+    or [pytest.param(None, marks=pytest.mark.skip(reason="no real patch series exists yet"))],
+)
 def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     base = request.param
     out = tmp_path_factory.mktemp(f"pr-{base}")
@@ -74,8 +83,16 @@ def test_every_patch_has_a_pr(exported) -> None:
         assert "pre-commit run --files" in filled["## Test Plan"]
         assert "ruff check" in filled["## Test Result"]
         # The branch: the patches it depends on, then this one, each signed off.
-        log = _git(repo, "log", "--format=%s%x09%(trailers:key=Signed-off-by,valueonly)",
-                   f"v{base}..{pr.branch}").strip().splitlines()
+        log = (
+            _git(
+                repo,
+                "log",
+                "--format=%s%x09%(trailers:key=Signed-off-by,valueonly,separator=%x2C)",
+                f"v{base}..{pr.branch}",
+            )
+            .strip()
+            .splitlines()
+        )
         assert len(log) == len(pr.deps) + 1
         assert all(line.split("\t")[1].strip() for line in log)
         assert log[0].split("\t")[0] in subject
@@ -101,7 +118,9 @@ def test_bodies_are_ruff_checked_with_the_pinned_version(exported) -> None:
 def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
     """patches: dicts with subject, signoff, append {path: text}, replace
     {path: (old, new)}, overlay {path: text}, mangle(mail) -> mail."""
-    paths = sorted({p for spec in patches for p in [*spec.get("append", {}), *spec.get("replace", {})]})
+    paths = sorted(
+        {p for spec in patches for p in [*spec.get("append", {}), *spec.get("replace", {})]}
+    )
     pristine = sources.read_members("0.26.0", paths)
     dev = tmp / "dev"
     for rel, data in pristine.items():
@@ -124,8 +143,15 @@ def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
             content = (dev / rel).read_text()
             assert content.count(old) == 1, old
             (dev / rel).write_text(content.replace(old, new))
-        _git(dev, "commit", "-q", "-a", *(["-s"] if spec.get("signoff", True) else []),
-             "-m", f"{spec['subject']}\n\nWhy this matters, in a few words.")
+        _git(
+            dev,
+            "commit",
+            "-q",
+            "-a",
+            *(["-s"] if spec.get("signoff", True) else []),
+            "-m",
+            f"{spec['subject']}\n\nWhy this matters, in a few words.",
+        )
         name = f"{number:04d}-{spec.get('slug', f'change-{number}')}.patch"
         mail = _git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "HEAD")
         (series_dir / name).write_text(spec.get("mangle", lambda m: m)(mail))
@@ -138,13 +164,32 @@ def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
     return tmp / "patches", overlay
 
 
-def run_pr(patches: Path, overlay: Path, out: Path, results: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, DSV4_PATCHES_DIR=str(patches), DSV4_OVERLAY_DIR=str(overlay),
-               PYTHONPATH=str(REPO / "scripts"))
+def run_pr(
+    patches: Path, overlay: Path, out: Path, results: Path
+) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ,
+        DSV4_PATCHES_DIR=str(patches),
+        DSV4_OVERLAY_DIR=str(overlay),
+        PYTHONPATH=str(REPO / "scripts"),
+    )
     return subprocess.run(
-        [sys.executable, "-m", "dsv4warmup", "pr", "--base", "0.26.0", "--out", str(out),
-         "--results", str(results)],
-        check=False, capture_output=True, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "dsv4warmup",
+            "pr",
+            "--base",
+            "0.26.0",
+            "--out",
+            str(out),
+            "--results",
+            str(results),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
     )
 
 
@@ -163,27 +208,27 @@ GUARD = textwrap.dedent('''\
         """Bounds guard for _build_c128a_topk_metadata_kernel indices."""
         return 0 <= i < n
     ''')
-USES_KEYS = textwrap.dedent('''\
+USES_KEYS = textwrap.dedent("""\
 
 
     def _toy_warmup_keys() -> list[int]:
         from vllm.model_executor.warmup.toy_keys import toy_keys
 
         return toy_keys()
-    ''')
-SECOND_GUARD = textwrap.dedent('''\
+    """)
+SECOND_GUARD = textwrap.dedent("""\
 
 
     def _toy_guard_all(idx: list[int], n: int) -> bool:
         return all(_toy_guard(i, n) for i in idx)
-    ''')
-NORM = textwrap.dedent('''\
+    """)
+NORM = textwrap.dedent("""\
 
 
     def _toy_norm_cases() -> tuple[int, ...]:
         return (1, 2, 16)
-    ''')
-RESULTS = textwrap.dedent('''\
+    """)
+RESULTS = textwrap.dedent("""\
     # GPU results
 
     ## `_build_c128a_topk_metadata_kernel`
@@ -199,26 +244,58 @@ RESULTS = textwrap.dedent('''\
     ## Something else
 
     nothing to see.
-    ''')
+    """)
 
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("good")
-    patches, overlay = make_series(tmp, [
-        {"subject": "[Kernel] Toy: guard the c128a indices", "slug": "guard",
-         "append": {SPARSE: GUARD},
-         "overlay": {"vllm/model_executor/warmup/toy_keys.py": KEYS_MODULE}},
-        {"subject": "[Kernel] Toy: warm up with the keys", "slug": "keys", "append": {CACHE_UTILS: USES_KEYS}},
-        {"subject": "[Kernel] Toy: guard all indices", "slug": "guard-all", "append": {SPARSE: SECOND_GUARD}},
-        {"subject": "[Spec Decode] Toy: count the RMSNorm cases", "slug": "norm", "append": {MTP_NORM: NORM},
-         "overlay": {"tests/toy/test_toy_norm.py": "def test_toy() -> None:\n    assert 1 + 1 == 2\n"}},
-        # Same file as 0001/0003, another place: no dependency.
-        {"subject": "[Kernel] Toy: name the alignment", "slug": "align",
-         "replace": {SPARSE: ("_C128A_TOPK_ALIGNMENT = 128\n", "_C128A_TOPK_ALIGNMENT = 128  # width pad\n")}},
-        # Appends after 0002's lines without using them: a textual dependency.
-        {"subject": "[Kernel] Toy: after the keys", "slug": "after", "append": {CACHE_UTILS: NORM}},
-    ])
+    patches, overlay = make_series(
+        tmp,
+        [
+            {
+                "subject": "[Kernel] Toy: guard the c128a indices",
+                "slug": "guard",
+                "append": {SPARSE: GUARD},
+                "overlay": {"vllm/model_executor/warmup/toy_keys.py": KEYS_MODULE},
+            },
+            {
+                "subject": "[Kernel] Toy: warm up with the keys",
+                "slug": "keys",
+                "append": {CACHE_UTILS: USES_KEYS},
+            },
+            {
+                "subject": "[Kernel] Toy: guard all indices",
+                "slug": "guard-all",
+                "append": {SPARSE: SECOND_GUARD},
+            },
+            {
+                "subject": "[Spec Decode] Toy: count the RMSNorm cases",
+                "slug": "norm",
+                "append": {MTP_NORM: NORM},
+                "overlay": {
+                    "tests/toy/test_toy_norm.py": "def test_toy() -> None:\n    assert 1 + 1 == 2\n"
+                },
+            },
+            # Same file as 0001/0003, another place: no dependency.
+            {
+                "subject": "[Kernel] Toy: name the alignment",
+                "slug": "align",
+                "replace": {
+                    SPARSE: (
+                        "_C128A_TOPK_ALIGNMENT = 128\n",
+                        "_C128A_TOPK_ALIGNMENT = 128  # width pad\n",
+                    )
+                },
+            },
+            # Appends after 0002's lines without using them: a textual dependency.
+            {
+                "subject": "[Kernel] Toy: after the keys",
+                "slug": "after",
+                "append": {CACHE_UTILS: NORM},
+            },
+        ],
+    )
     (tmp / "gpu-results.md").write_text(RESULTS)
     out = tmp / "out"
     res = run_pr(patches, overlay, out, tmp / "gpu-results.md")
@@ -235,7 +312,9 @@ def test_synthetic_dependencies_and_bodies(good) -> None:
     assert "0003 dsv4-warmup/guard-all  depends on: 0001" in stdout  # same file
     assert "0004 dsv4-warmup/norm  depends on: none" in stdout
     assert "0005 dsv4-warmup/align  depends on: none" in stdout  # its hunk applies alone
-    assert "0006 dsv4-warmup/after  depends on: 0001, 0002" in stdout  # 0002's context, and its needs
+    assert (
+        "0006 dsv4-warmup/after  depends on: 0001, 0002" in stdout
+    )  # 0002's context, and its needs
 
     purpose = sections_of(bodies["0002"])["## Purpose"]
     assert "Depends on" in purpose and "0001 [Kernel] Toy: guard the c128a indices" in purpose
@@ -260,8 +339,9 @@ def test_synthetic_dependencies_and_bodies(good) -> None:
 
 
 def test_synthetic_without_results_says_not_yet_measured(tmp_path: Path) -> None:
-    patches, overlay = make_series(tmp_path, [
-        {"subject": "[Kernel] Toy: guard", "slug": "guard", "append": {SPARSE: GUARD}}])
+    patches, overlay = make_series(
+        tmp_path, [{"subject": "[Kernel] Toy: guard", "slug": "guard", "append": {SPARSE: GUARD}}]
+    )
     res = run_pr(patches, overlay, tmp_path / "out", tmp_path / "absent.md")
     assert res.returncode == 0, res.stderr
     body = (tmp_path / "out" / "v0.26.0" / "0001-guard.md").read_text()
@@ -269,16 +349,33 @@ def test_synthetic_without_results_says_not_yet_measured(tmp_path: Path) -> None
 
 
 def test_checker_refuses_bad_patches(tmp_path: Path) -> None:
-    patches, overlay = make_series(tmp_path, [
-        {"subject": "[Kernel] Toy: unsigned", "slug": "unsigned", "signoff": False,
-         "append": {SPARSE: GUARD}},
-        {"subject": "[Kernel] Toy: misformatted", "slug": "misformatted",
-         "append": {CACHE_UTILS: "\n\ndef _toy(x):\n    return [x,x+1]\n"}},
-        {"subject": "[Kernel] Toy: unused import", "slug": "unused",
-         "append": {MTP_NORM: "\n\ndef _toy_unused() -> None:\n    import os\n"}},
-        {"subject": "[Kernel] Toy: bad overlay", "slug": "bad-overlay", "append": {MTP_NORM: NORM},
-         "overlay": {"vllm/toy_bad.py": "x=1\n"}},
-    ])
+    patches, overlay = make_series(
+        tmp_path,
+        [
+            {
+                "subject": "[Kernel] Toy: unsigned",
+                "slug": "unsigned",
+                "signoff": False,
+                "append": {SPARSE: GUARD},
+            },
+            {
+                "subject": "[Kernel] Toy: misformatted",
+                "slug": "misformatted",
+                "append": {CACHE_UTILS: "\n\ndef _toy(x):\n    return [x,x+1]\n"},
+            },
+            {
+                "subject": "[Kernel] Toy: unused import",
+                "slug": "unused",
+                "append": {MTP_NORM: "\n\ndef _toy_unused() -> None:\n    import os\n"},
+            },
+            {
+                "subject": "[Kernel] Toy: bad overlay",
+                "slug": "bad-overlay",
+                "append": {MTP_NORM: NORM},
+                "overlay": {"vllm/toy_bad.py": "x=1\n"},
+            },
+        ],
+    )
     out = tmp_path / "out"
     res = run_pr(patches, overlay, out, tmp_path / "absent.md")
     assert res.returncode == 1
@@ -295,14 +392,24 @@ def test_checker_refuses_a_patch_that_does_not_apply_in_order(tmp_path: Path) ->
     def mangle(mail: str) -> str:  # break one context line of the hunk
         lines = mail.splitlines(keepends=True)
         i = next(k for k, ln in enumerate(lines) if ln.startswith("@@"))
-        j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith(" ") and lines[k].strip())
+        j = next(
+            k for k in range(i + 1, len(lines)) if lines[k].startswith(" ") and lines[k].strip()
+        )
         lines[j] = lines[j].rstrip("\n") + "  # not in the file\n"
         return "".join(lines)
 
-    patches, overlay = make_series(tmp_path, [
-        {"subject": "[Kernel] Toy: guard", "slug": "guard", "append": {SPARSE: GUARD}},
-        {"subject": "[Kernel] Toy: broken", "slug": "broken", "append": {MTP_NORM: NORM}, "mangle": mangle},
-    ])
+    patches, overlay = make_series(
+        tmp_path,
+        [
+            {"subject": "[Kernel] Toy: guard", "slug": "guard", "append": {SPARSE: GUARD}},
+            {
+                "subject": "[Kernel] Toy: broken",
+                "slug": "broken",
+                "append": {MTP_NORM: NORM},
+                "mangle": mangle,
+            },
+        ],
+    )
     res = run_pr(patches, overlay, tmp_path / "out", tmp_path / "absent.md")
     assert res.returncode == 1
     assert "does not apply in order" in res.stderr and "0002-broken.patch" in res.stderr
@@ -342,6 +449,12 @@ def test_blame_ignores_what_the_pristine_file_already_had(tmp_path: Path) -> Non
 
 
 def test_fill_template_without_the_sections() -> None:
-    filled = pr_mod.fill_template("intro\n\n---\nfooter\n", {"Purpose": "P", "Test Plan": "T", "Test Result": "R"})
-    assert filled.index("intro") < filled.index("## Purpose\n\nP") < filled.index("## Test Result\n\nR")
+    filled = pr_mod.fill_template(
+        "intro\n\n---\nfooter\n", {"Purpose": "P", "Test Plan": "T", "Test Result": "R"}
+    )
+    assert (
+        filled.index("intro")
+        < filled.index("## Purpose\n\nP")
+        < filled.index("## Test Result\n\nR")
+    )
     assert filled.index("## Test Result") < filled.index("---") < filled.index("footer")

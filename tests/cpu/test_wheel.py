@@ -60,10 +60,16 @@ OVERLAY = {
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="T", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="T", GIT_COMMITTER_EMAIL="t@example.com")
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True, env=env).stdout
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="T",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="T",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -82,8 +88,13 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _git(dev, "init", "-q")
     _git(dev, "add", "-A")
     _git(dev, "commit", "-q", "-m", "pristine")
-    _write(dev, {"vllm/models/deepseek_v4/sparse_mla.py": PATCHED_SPARSE,
-                 "tests/test_sparse_mla.py": PRISTINE["tests/test_sparse_mla.py"] + "# edited\n"})
+    _write(
+        dev,
+        {
+            "vllm/models/deepseek_v4/sparse_mla.py": PATCHED_SPARSE,
+            "tests/test_sparse_mla.py": PRISTINE["tests/test_sparse_mla.py"] + "# edited\n",
+        },
+    )
     _git(dev, "commit", "-q", "-a", "-s", "-m", "[Kernel] Zero-init and guard the metadata\n\nWhy.")
     patches = tmp / "patches"
     (patches / "v0.26.0").mkdir(parents=True)
@@ -108,36 +119,61 @@ def make_wheel(dest: Path, name: str, version: str, files: dict[str, str]) -> Pa
     root = dest / f"{name}-{version}"
     _write(root, {rel: text for rel, text in files.items() if rel.startswith("vllm/")})
     info = root / f"{name}-{version}.dist-info"
-    _write(info, {
-        "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: synthetic\n",
-        "WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    })
-    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(dest), str(root)],
-                   check=True, capture_output=True)
+    _write(
+        info,
+        {
+            "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: synthetic\n",
+            "WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        },
+    )
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "pack", "-d", str(dest), str(root)],
+        check=True,
+        capture_output=True,
+    )
     (whl,) = dest.glob(f"{name}-{version}-*.whl")
     return whl
 
 
 def run_wheel(syn: dict[str, Path], *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, DSV4_PATCHES_DIR=str(syn["patches"]), DSV4_OVERLAY_DIR=str(syn["overlay"]),
-               DSV4_BUILD_DIR=str(syn["tmp"] / "build"), PYTHONPATH=str(REPO / "scripts"))
-    return subprocess.run([sys.executable, "-m", "dsv4warmup", "wheel", *args],
-                          check=False, capture_output=True, text=True, env=env, cwd=syn["tmp"])
+    env = dict(
+        os.environ,
+        DSV4_PATCHES_DIR=str(syn["patches"]),
+        DSV4_OVERLAY_DIR=str(syn["overlay"]),
+        DSV4_BUILD_DIR=str(syn["tmp"] / "build"),
+        PYTHONPATH=str(REPO / "scripts"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "dsv4warmup", "wheel", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=syn["tmp"],
+    )
 
 
 def venv(path: Path, parent_site: bool = False) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     py = path / "bin" / "python"
     if parent_site:  # this env's packages (torch, ...) behind the venv's own
-        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+        site = subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         Path(site, "_parent_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return py
 
 
 def pip(py: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check",
-                           *args], check=False, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +182,10 @@ def built(synthetic: dict[str, Path]) -> Path:
     res = run_wheel(synthetic, "--wheel", str(synthetic["official"]), "--dest", str(dest))
     assert res.returncode == 0, res.stderr
     (whl,) = dest.glob("*.whl")
-    assert "not part of a wheel (left out): tests/toy/test_toy_warmup.py, tests/test_sparse_mla.py" in res.stdout
+    assert (
+        "not part of a wheel (left out): tests/toy/test_toy_warmup.py, tests/test_sparse_mla.py"
+        in res.stdout
+    )
     return whl
 
 
@@ -181,8 +220,10 @@ def test_contents(built: Path) -> None:
     with zipfile.ZipFile(built) as zf:
         names = set(zf.namelist())
         assert zf.read("vllm/models/deepseek_v4/sparse_mla.py").decode() == PATCHED_SPARSE
-        assert zf.read("vllm/model_executor/warmup/toy_warmup.py").decode() == OVERLAY[
-            "vllm/model_executor/warmup/toy_warmup.py"]
+        assert (
+            zf.read("vllm/model_executor/warmup/toy_warmup.py").decode()
+            == OVERLAY["vllm/model_executor/warmup/toy_warmup.py"]
+        )
     assert not any(n.startswith("tests/") for n in names)
 
 
@@ -203,8 +244,14 @@ def test_installs_and_imports(built: Path, tmp_path: Path) -> None:
         assert not (site / "tests").exists()
         print(md.version("vllm"), vllm.__file__)
         """)
-    res = subprocess.run([str(py), "-c", probe], check=False, capture_output=True, text=True, cwd=tmp_path,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    res = subprocess.run(
+        [str(py), "-c", probe],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert res.returncode == 0, res.stderr
     version, where = res.stdout.split()
     assert version == wheel_mod.read_info(built).metadata_version
@@ -213,7 +260,9 @@ def test_installs_and_imports(built: Path, tmp_path: Path) -> None:
     assert "vllm/models/deepseek_v4/sparse_mla.py" in res.stdout
 
 
-def test_refuses_an_already_patched_wheel(synthetic: dict[str, Path], built: Path, tmp_path: Path) -> None:
+def test_refuses_an_already_patched_wheel(
+    synthetic: dict[str, Path], built: Path, tmp_path: Path
+) -> None:
     dest = tmp_path / "dist"
     res = run_wheel(synthetic, "--wheel", str(built), "--dest", str(dest))
     assert res.returncode == 1
@@ -223,11 +272,27 @@ def test_refuses_an_already_patched_wheel(synthetic: dict[str, Path], built: Pat
     # The same content with the label taken off: recognised by the series
     # applying in reverse.
     unpacked = tmp_path / "unpacked"
-    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(unpacked), str(built)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "unpack", "-d", str(unpacked), str(built)],
+        check=True,
+        capture_output=True,
+    )
     (root,) = unpacked.iterdir()
-    subprocess.run([sys.executable, "-m", "wheel", "pack", "--local-version", "", "-d", str(tmp_path),
-                    str(root)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wheel",
+            "pack",
+            "--local-version",
+            "",
+            "-d",
+            str(tmp_path),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (relabelled,) = tmp_path.glob("vllm-0.26.0-*.whl")
     res = run_wheel(synthetic, "--wheel", str(relabelled), "--dest", str(dest))
     assert res.returncode == 1
@@ -242,10 +307,14 @@ def test_refuses_unsupported_and_mismatched(synthetic: dict[str, Path], tmp_path
     assert res.returncode == 1
     assert "vLLM 0.33.0 is not supported" in res.stderr and "0.26.0" in res.stderr
 
-    res = run_wheel(synthetic, "--base", "0.33.0", "--dest", str(dest))  # refused before any download
+    res = run_wheel(
+        synthetic, "--base", "0.33.0", "--dest", str(dest)
+    )  # refused before any download
     assert res.returncode == 1 and "vLLM 0.33.0 is not supported" in res.stderr
 
-    res = run_wheel(synthetic, "--wheel", str(synthetic["official"]), "--base", "0.25.1", "--dest", str(dest))
+    res = run_wheel(
+        synthetic, "--wheel", str(synthetic["official"]), "--base", "0.25.1", "--dest", str(dest)
+    )
     assert res.returncode == 1 and "--base 0.25.1" in res.stderr
 
     foreign = make_wheel(tmp_path / "wx", "notvllm", "0.26.0", PRISTINE)
@@ -257,7 +326,10 @@ def test_refuses_unsupported_and_mismatched(synthetic: dict[str, Path], tmp_path
     drifted = make_wheel(tmp_path / "wd", "vllm", "0.26.0", files)
     res = run_wheel(synthetic, "--wheel", str(drifted), "--dest", str(dest))
     assert res.returncode == 1
-    assert "0001-zero-init.patch" in res.stderr and "vllm/models/deepseek_v4/sparse_mla.py" in res.stderr
+    assert (
+        "0001-zero-init.patch" in res.stderr
+        and "vllm/models/deepseek_v4/sparse_mla.py" in res.stderr
+    )
     assert not dest.exists()
 
 
@@ -267,16 +339,27 @@ def test_local_edit_that_still_applies_warns(synthetic: dict[str, Path], tmp_pat
     edited = make_wheel(tmp_path / "we", "vllm", "0.26.0", files)
     res = run_wheel(synthetic, "--wheel", str(edited), "--dest", str(tmp_path / "dist"))
     assert res.returncode == 0, res.stderr
-    assert "warning: vllm/models/deepseek_v4/sparse_mla.py differs from pristine vLLM 0.26.0" in res.stdout
+    assert (
+        "warning: vllm/models/deepseek_v4/sparse_mla.py differs from pristine vLLM 0.26.0"
+        in res.stdout
+    )
     (whl,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(whl) as zf:
-        assert zf.read("vllm/models/deepseek_v4/sparse_mla.py").decode() == PATCHED_SPARSE + "# a local addition\n"
+        assert (
+            zf.read("vllm/models/deepseek_v4/sparse_mla.py").decode()
+            == PATCHED_SPARSE + "# a local addition\n"
+        )
 
 
 def test_verify_wheel_command(synthetic: dict[str, Path], built: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
-    res = subprocess.run([sys.executable, "-m", "dsv4warmup", "verify-wheel", str(built)],
-                         check=False, capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "dsv4warmup", "verify-wheel", str(built)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert res.returncode == 0 and "RECORD verifies" in res.stdout
 
 
@@ -307,8 +390,14 @@ def test_real_official_wheel(big_tmp: Path) -> None:
     py = venv(tmp_path / "venv", parent_site=True)
     res = pip(py, "install", "--no-deps", "--no-index", "--no-compile", "-q", str(built.path))
     assert res.returncode == 0, res.stderr
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
 
     # Installed files are byte-identical to the patched source tree's.
     patched = trees.patched_tree("0.26.0")
@@ -326,9 +415,13 @@ def test_real_official_wheel(big_tmp: Path) -> None:
     # from the repo): vllm's compiled extensions need CUDA torch and are not
     # loaded on the way to this module.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DSV4_VLLM_TREE")}
-    probe = ("import vllm.models.deepseek_v4.sparse_mla as m, importlib.metadata as md; "
-             "print(m.__file__); print(md.version('vllm'))")
-    res = subprocess.run([str(py), "-c", probe], check=False, capture_output=True, text=True, cwd=tmp_path, env=env)
+    probe = (
+        "import vllm.models.deepseek_v4.sparse_mla as m, importlib.metadata as md; "
+        "print(m.__file__); print(md.version('vllm'))"
+    )
+    res = subprocess.run(
+        [str(py), "-c", probe], check=False, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     where, version = res.stdout.split()[-2:]
     assert where == str(site / "vllm/models/deepseek_v4/sparse_mla.py")

@@ -25,9 +25,8 @@ REPO = Path(__file__).resolve().parents[3]
 def child(group: str) -> None:
     sys.path.insert(0, str(REPO / "scripts"))
     import torch
-    from triton.runtime.jit import JITFunction
-
     from dsv4warmup.serving import FLASH
+    from triton.runtime.jit import JITFunction
 
     compiled: list[str] = []
     original = JITFunction._do_compile
@@ -40,17 +39,15 @@ def child(group: str) -> None:
     torch.zeros(1, device="cuda")  # CUDA context outside the timing
     start = time.perf_counter()
     if group == "spec_decode":
-        from vllm.model_executor.warmup.triton_specialization import compile_triton_warmup
-
         from dsv4warmup.callsites import spec_decode
+        from vllm.model_executor.warmup.triton_specialization import compile_triton_warmup
 
         compile_triton_warmup("spec decode", spec_decode.warmup_launches(FLASH))
     else:
+        from dsv4warmup.callsites import sparse_mla
         from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
             deepseek_v4_sparse_mla_key_warmup,
         )
-
-        from dsv4warmup.callsites import sparse_mla
 
         deepseek_v4_sparse_mla_key_warmup(sparse_mla.warmup_vllm_config(FLASH))
     torch.cuda.synchronize()
@@ -70,14 +67,20 @@ def main() -> None:
         child(args.child)
         return
     cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="triton-bench-"))
-    print(f"Triton cache: {cache} (VLLM_TRITON_JIT_WARMUP_NUM_THREADS="
-          f"{os.environ.get('VLLM_TRITON_JIT_WARMUP_NUM_THREADS', '4')})")
+    print(
+        f"Triton cache: {cache} (VLLM_TRITON_JIT_WARMUP_NUM_THREADS="
+        f"{os.environ.get('VLLM_TRITON_JIT_WARMUP_NUM_THREADS', '4')})"
+    )
     print(f"{'group':<12} {'cache':<5} {'keys':>5} {'seconds':>8}  per kernel")
     for group in ("spec_decode", "sparse_mla"):
         for label in ("cold", "warm"):
             env = dict(os.environ, TRITON_CACHE_DIR=str(cache / group))
-            res = subprocess.run([sys.executable, __file__, "--child", group], env=env,
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                [sys.executable, __file__, "--child", group],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if res.returncode != 0:
                 print(f"{group} {label}: failed\n{res.stderr[-3000:]}")
                 continue
