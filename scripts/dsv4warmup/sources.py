@@ -53,9 +53,19 @@ def _index_url() -> str:
         )
         url = res.stdout.strip() if res.returncode == 0 else ""
     if not url:
-        from pip._internal.models.index import PyPI  # pip's own default
-
-        url = PyPI.simple_url
+        # pip's own default, asked in a subprocess: importing pip's internals
+        # here would pull the stdlib distutils into the test process.
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from pip._internal.models.index import PyPI; print(PyPI.simple_url)",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        url = res.stdout.strip()
     return url.rstrip("/")
 
 
