@@ -53,7 +53,9 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
     res = subprocess.run(
         [sys.executable, "-m", "dsv4warmup.audit", json.dumps(cfg_overrides or {})],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if res.returncode != 0:
         raise RuntimeError(f"audit of {tree} failed:\n{res.stderr[-4000:]}")
@@ -69,7 +71,10 @@ def format_table(title: str, rows: list[Row]) -> str:
             f"  {r.kernel:<{width}}  {r.runtime_keys:>7}  {r.warmed_keys:>6}  "
             f"{r.missing:>7}  {r.wasted:>6}{flag}"
         )
-    tot = [sum(getattr(r, f) for r in rows) for f in ("runtime_keys", "warmed_keys", "missing", "wasted")]
+    tot = [
+        sum(getattr(r, f) for r in rows)
+        for f in ("runtime_keys", "warmed_keys", "missing", "wasted")
+    ]
     lines.append(f"  {'total':<{width}}  {tot[0]:>7}  {tot[1]:>6}  {tot[2]:>7}  {tot[3]:>6}")
     return "\n".join(lines)
 

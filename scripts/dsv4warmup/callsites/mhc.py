@@ -692,10 +692,43 @@ def merge(keys: Iterable[KeysByKernel]) -> KeysByKernel:
     return merged
 
 
+def has_dispatch_helpers() -> bool:
+    """Whether the tree selects its keys in ``tilelang_dispatch`` (patch
+    0006); upstream 0.26.0 chooses them inside the wrappers."""
+    import importlib.util
+
+    return importlib.util.find_spec(DISPATCH_MODULE) is not None
+
+
 def runtime_keys(cfg: ServingConfig, *, deep_gemm: bool | None = None) -> KeysByKernel:
     """Every key the DeepSeek V4 CUDA forward passes (target and MTP draft)
     select over ``cfg``'s token counts."""
+    if not has_dispatch_helpers():
+        return _pristine_runtime_keys(cfg, deep_gemm=deep_gemm)
     return merge(runtime_keys_by_tokens(cfg, token_counts(cfg), deep_gemm=deep_gemm).values())
+
+
+def pristine_token_counts(cfg: ServingConfig) -> list[int]:
+    """Token counts the pristine runtime side runs the model code at."""
+    counts = set(sample_token_counts(cfg.max_num_batched_tokens, random_count=0))
+    counts.update(cfg.capture_sizes)
+    return sorted(counts)
+
+
+def _pristine_runtime_keys(cfg: ServingConfig, *, deep_gemm: bool | None) -> KeysByKernel:
+    """Without the dispatch helpers there is no pure key function to sweep
+    every token count with: record what the model code launches at the
+    sampled counts (every count up to 130, both sides of each multiple of
+    64, the capture sizes, the maximum). A lower bound of the runtime keys,
+    enough to show what upstream's warmup leaves to the first requests."""
+    deep_gemm = deep_gemm_of(cfg) if deep_gemm is None else deep_gemm
+    models = build_models(cfg)
+    launched: list[KeysByKernel] = []
+    with recording(cfg.sm_count, deep_gemm) as recorder, _model_stubs():
+        for num_tokens in pristine_token_counts(cfg):
+            _forward_all(models, num_tokens, deep_gemm)
+            launched.append(recorder.reset())
+    return merge(launched)
 
 
 @dataclass
@@ -735,9 +768,38 @@ def run_warmup(cfg: ServingConfig, *, deep_gemm: bool | None = None) -> WarmupRe
     )
 
 
+def has_patched_warmup() -> bool:
+    """Whether the tree's mHC warmup is the series' (patch 0007)."""
+    module = importlib.import_module("vllm.model_executor.warmup.deepseek_v4_mhc_warmup")
+    return hasattr(module, "collect_mhc_call_sites")
+
+
 def warmup_keys(cfg: ServingConfig, *, deep_gemm: bool | None = None) -> KeysByKernel:
     """Every key the warmup launches for ``cfg``."""
+    if not has_patched_warmup():
+        return _pristine_warmup_keys(cfg, deep_gemm=deep_gemm)
     return run_warmup(cfg, deep_gemm=deep_gemm).launched
+
+
+def _pristine_warmup_keys(cfg: ServingConfig, *, deep_gemm: bool | None) -> KeysByKernel:
+    """Upstream 0.26.0's ``deepseek_v4_mhc_warmup`` on the same models, as
+    ``kernel_warmup`` calls it (the target; the MTP draft too, for good
+    measure), recording. It looks for ``hc_pre`` / ``hc_post`` on the
+    decoder layers, which the NVIDIA model does not define, so it launches
+    nothing there."""
+    from vllm.model_executor.warmup.deepseek_v4_mhc_warmup import deepseek_v4_mhc_warmup
+
+    deep_gemm = deep_gemm_of(cfg) if deep_gemm is None else deep_gemm
+    models = build_models(cfg)
+    with recording(cfg.sm_count, deep_gemm) as recorder, _model_stubs():
+        for model in (models.target, models.draft):
+            if model is not None:
+                deepseek_v4_mhc_warmup(
+                    model,
+                    max_tokens=cfg.max_num_batched_tokens,
+                    cudagraph_capture_sizes=list(cfg.capture_sizes),
+                )
+    return recorder.keys
 
 
 def count(keys: KeysByKernel) -> int:

@@ -624,8 +624,72 @@ def warmup_vllm_config(cfg: ServingConfig) -> Any:
     return vllm_config
 
 
+WARMUP_MODULE = "vllm.model_executor.warmup.sparse_mla_triton_warmup"
+
+
+def has_patched_warmup() -> bool:
+    """Whether the importable tree carries the series' key-derived warmup
+    (upstream 0.26.0 has the module, with a hard-coded case tuple)."""
+    import importlib
+
+    return hasattr(importlib.import_module(WARMUP_MODULE), "deepseek_v4_sparse_mla_key_warmup")
+
+
 def warmup_keys(cfg: ServingConfig) -> KeysByKernel:
     """Exact keys the startup warmup compiles."""
+    if not has_patched_warmup():
+        return _pristine_warmup_keys(cfg)
+    return _patched_warmup_keys(cfg)
+
+
+# An attention backend of DeepSeek V4's sparse MLA on NVIDIA, by the name
+# upstream's warmup gates on.
+_PRISTINE_DSV4_BACKEND = "FLASHMLA_SPARSE_DSV4"
+
+
+def _pristine_worker(cfg: ServingConfig, device: Any) -> Any:
+    """A stand-in ``Worker`` carrying what upstream's
+    ``sparse_mla_triton_warmup_if_needed`` reads."""
+    backend = SimpleNamespace(get_name=lambda: _PRISTINE_DSV4_BACKEND)
+    hf_config = SimpleNamespace(sliding_window=cfg.sliding_window)
+    runner = SimpleNamespace(
+        is_pooling_model=False,
+        device=device,
+        attn_groups=[[SimpleNamespace(backend=backend)]],
+        vllm_config=SimpleNamespace(model_config=SimpleNamespace(hf_config=hf_config)),
+    )
+    return SimpleNamespace(
+        model_runner=runner,
+        scheduler_config=SimpleNamespace(max_num_batched_tokens=cfg.max_num_batched_tokens),
+    )
+
+
+def _pristine_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
+    """What upstream 0.26.0's own warmup compiles of our kernels: it launches
+    ``combine_topk_swa_indices`` for ``_DSV4_COMBINE_TOPK_SWA_WARMUP_CASES``
+    (real launches, recorded, not run) and never the C128A kernel."""
+    import importlib
+
+    import torch
+
+    from dsv4warmup.triton_keys import keys_by_kernel, record_launches
+
+    module = importlib.import_module(WARMUP_MODULE)
+
+    def fail(msg: str, *args: Any, **kwargs: Any) -> None:
+        # Upstream logs and swallows warmup errors; an audit must not.
+        raise RuntimeError("upstream sparse-MLA warmup failed: " + msg % args)
+
+    # CPU tensors: launches are recorded, never run; the warmup reads some
+    # sizes back on the host.
+    worker = _pristine_worker(cfg, torch.device("cpu"))
+    with mock.patch.object(module.logger, "warning", fail), record_launches() as recorded:
+        module.sparse_mla_triton_warmup_if_needed(worker)
+    keys = keys_by_kernel(list(recorded))
+    return {name: keys.get(name, set()) for name in KERNELS}
+
+
+def _patched_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
     from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
         deepseek_v4_sparse_mla_key_warmup,
     )

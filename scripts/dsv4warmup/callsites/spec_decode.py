@@ -205,9 +205,31 @@ def keys_of_launches(launches: list[Any]) -> KeysByKernel:
     return keys_by_kernel(recorded)
 
 
+PATCHED_WARMUP_MODULE = "vllm.model_executor.warmup.spec_decode_triton_warmup"
+
+
+def has_patched_warmup() -> bool:
+    """Whether the importable tree carries the series' spec-decode warmup."""
+    import importlib.util
+
+    return importlib.util.find_spec(PATCHED_WARMUP_MODULE) is not None
+
+
 def warmup_keys(cfg: ServingConfig, *, padded_drafter_batch: bool = True) -> KeysByKernel:
     """Exact keys vLLM's spec-decode warmup compiles for ``cfg``."""
+    if not has_patched_warmup():
+        return _pristine_warmup_keys(cfg)
+    return _patched_warmup_keys(cfg, padded_drafter_batch=padded_drafter_batch)
+
+
+def _patched_warmup_keys(cfg: ServingConfig, *, padded_drafter_batch: bool) -> KeysByKernel:
     return keys_of_launches(warmup_launches(cfg, padded_drafter_batch=padded_drafter_batch))
+
+
+def _pristine_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
+    """Upstream 0.26.0 has no warmup for these kernels: nothing is compiled
+    before the first request."""
+    return {kernel: set() for kernel in KERNELS}
 
 
 # --- runtime side --------------------------------------------------------------
