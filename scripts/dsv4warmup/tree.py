@@ -89,7 +89,7 @@ def detect(tree: Path) -> Detection:
         if tree_fingerprint(tree, fp) == fp:
             if version in bases:
                 return Detection(version, "pristine", version)
-            return Detection(None, "unsupported", version)
+            return Detection(None, "unsupported", version, _drift_from_bases(tree, table))
     for base in bases:
         series = series_mod.load(base)
         if _is_applied(tree, series):
@@ -99,17 +99,32 @@ def detect(tree: Path) -> Detection:
         return Detection(None, "unknown")
     base_version = version.split("+")[0]
     if base_version not in bases:
-        return Detection(None, "unsupported", version)
+        return Detection(None, "unsupported", version, _drift_from_bases(tree, table))
     fp = table[base_version]
     current = tree_fingerprint(tree, fp)
     drift = sorted(p for p in fp if current[p] != fp[p])
     return Detection(base_version, "modified", version, drift)
 
 
+def _drift_from_bases(tree: Path, table: dict[str, dict[str, str | None]]) -> list[str]:
+    """Target files that differ from every supported base."""
+    drift: set[str] = set()
+    for base in series_mod.available_bases():
+        fp = table[base]
+        current = tree_fingerprint(tree, fp)
+        drift |= {p for p in fp if fp[p] is not None and current[p] != fp[p]}
+    return sorted(drift)
+
+
 def _unsupported_message(det: Detection) -> str:
     have = ", ".join(series_mod.available_bases())
     if det.version:
-        return f"vLLM {det.version} is not supported by this patch set (supported bases: {have})"
+        files = (
+            f"; its {', '.join(det.drift[:4])} differ from every supported base"
+            if det.drift
+            else ""
+        )
+        return f"vLLM {det.version} is not supported by this patch set (supported bases: {have}){files}"
     return (
         "cannot tell which vLLM release this tree is (its target files match no "
         f"supported base and it declares no version); supported bases: {have}"

@@ -102,6 +102,9 @@ def test_unsupported_release_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
     assert run_cli("apply", "--tree", str(tree)) == 1
     err = capsys.readouterr().err
     assert "0.33.0" in err and "not supported" in err and "0.26.0" in err
+    touched = series_mod.load("0.26.0").touched_files
+    assert "differ from every supported base" in err
+    assert any(path in err for path in touched)  # names the files that differ
     assert tree_digest(tree) == digest
 
 
