@@ -69,18 +69,18 @@ def _index_url() -> str:
     return url.rstrip("/")
 
 
-def _sdist_url(version: str) -> str:
+def _file_url(filename: str) -> str:
+    """Download address of one vLLM release file, from the JSON simple index."""
     req = urllib.request.Request(
         f"{_index_url()}/vllm/",
         headers={"Accept": "application/vnd.pypi.simple.v1+json"},
     )
     with urllib.request.urlopen(req, timeout=120) as resp:
         index = json.load(resp)
-    name = f"vllm-{version}.tar.gz"
     for entry in index.get("files", []):
-        if entry.get("filename") == name:
+        if entry.get("filename") == filename:
             return str(entry["url"])
-    raise SourceError(f"{name} is not on the package index")
+    raise SourceError(f"{filename} is not on the package index")
 
 
 def _sha256(path: Path) -> str:
@@ -91,25 +91,29 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sdist(version: str) -> Path:
-    """Path to the verified sdist of ``version``, downloading it once."""
-    version = check_known(version)
-    expected = SDIST_SHA256[version]
-    path = CACHE / "sdist" / f"vllm-{version}.tar.gz"
-    if path.exists() and _sha256(path) == expected:
+def cached_release_file(filename: str, expected_sha256: str, folder: str) -> Path:
+    """``CACHE/<folder>/<filename>``, downloaded once and sha256-verified."""
+    path = CACHE / folder / filename
+    if path.exists() and _sha256(path) == expected_sha256:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    url = _sdist_url(version)
-    print(f"fetching vllm-{version}.tar.gz", file=sys.stderr)
+    url = _file_url(filename)
+    print(f"fetching {filename}", file=sys.stderr)
     with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
         with urllib.request.urlopen(url, timeout=600) as resp:
             shutil.copyfileobj(resp, tmp)
     got = _sha256(Path(tmp.name))
-    if got != expected:
+    if got != expected_sha256:
         os.unlink(tmp.name)
-        raise SourceError(f"vllm-{version}.tar.gz sha256 mismatch: expected {expected}, got {got}")
+        raise SourceError(f"{filename} sha256 mismatch: expected {expected_sha256}, got {got}")
     os.replace(tmp.name, path)
     return path
+
+
+def sdist(version: str) -> Path:
+    """Path to the verified sdist of ``version``, downloading it once."""
+    version = check_known(version)
+    return cached_release_file(f"vllm-{version}.tar.gz", SDIST_SHA256[version], "sdist")
 
 
 def extract(version: str, dest: Path) -> Path:

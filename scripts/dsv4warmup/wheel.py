@@ -24,14 +24,12 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import series as series_mod
 from . import sources, trees
-from .paths import BUILD, CACHE, OVERLAY, REPO
+from .paths import BUILD, OVERLAY, REPO
 from .tree import FINGERPRINTS, _explain, _write, load_fingerprints
 
 DIST = REPO / "dist"
@@ -69,46 +67,16 @@ class WheelError(RuntimeError):
 # The official wheel
 
 
-def _file_url(filename: str) -> str:
-    req = urllib.request.Request(
-        f"{sources._index_url()}/vllm/",
-        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        index = json.load(resp)
-    for entry in index.get("files", []):
-        if entry.get("filename") == filename:
-            return str(entry["url"])
-    raise WheelError(f"{filename} is not on the package index")
-
-
 def official_wheel(base: str) -> Path:
     """Path to the verified official x86_64 wheel of ``base``, downloaded once."""
     if base not in OFFICIAL_WHEELS:
         known = ", ".join(sorted(OFFICIAL_WHEELS))
         raise WheelError(f"no official wheel is known for vLLM {base} (known: {known})")
     filename, expected = OFFICIAL_WHEELS[base]
-    path = CACHE / "wheel" / filename
-    if path.exists() and sources._sha256(path) == expected:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    url = _file_url(filename)
-    print(f"fetching {filename}", file=sys.stderr)
-    digest = hashlib.sha256()
-    with (
-        tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp,
-        urllib.request.urlopen(url, timeout=600) as resp,
-    ):
-        for chunk in iter(lambda: resp.read(1 << 20), b""):
-            digest.update(chunk)
-            tmp.write(chunk)
-    if digest.hexdigest() != expected:
-        os.unlink(tmp.name)
-        raise WheelError(
-            f"{filename} sha256 mismatch: expected {expected}, got {digest.hexdigest()}"
-        )
-    os.replace(tmp.name, path)
-    return path
+    try:
+        return sources.cached_release_file(filename, expected, "wheel")
+    except sources.SourceError as e:
+        raise WheelError(str(e)) from None
 
 
 # --------------------------------------------------------------------------

@@ -26,7 +26,6 @@ calls the other's key derivation.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -47,22 +46,6 @@ _SWA_BLOCK_SIZE = 64  # DeepseekV4SWACache.block_size
 _HEAD_DIM = 512
 _PADDED_HEADS = 64
 _NUM_KV_BLOCKS = 4096  # stand-in KV-cache size (block-table contents are not read)
-
-
-def enable_triton_without_gpu() -> None:
-    """vLLM replaces Triton by a placeholder when no driver is active unless
-    ``CUDA_VISIBLE_DEVICES`` is empty; call before vLLM is imported."""
-    try:
-        import torch
-
-        has_cuda = torch.cuda.is_available()
-    except Exception:
-        has_cuda = False
-    if not has_cuda:
-        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
-
-enable_triton_without_gpu()
 
 
 # --- stand-in configuration -------------------------------------------------

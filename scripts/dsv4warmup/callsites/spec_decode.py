@@ -35,7 +35,6 @@ same configuration. Neither side uses the other's key derivation.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -54,22 +53,6 @@ Key = tuple[Any, ...]
 KeysByKernel = dict[str, set[Key]]
 
 _HEAD_SIZE = 128  # stand-in head size of a full-attention drafter group
-
-
-def enable_triton_without_gpu() -> None:
-    """vLLM replaces Triton by a placeholder when no driver is active unless
-    ``CUDA_VISIBLE_DEVICES`` is empty; call before vLLM is imported."""
-    try:
-        import torch
-
-        has_cuda = torch.cuda.is_available()
-    except Exception:
-        has_cuda = False
-    if not has_cuda:
-        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
-
-enable_triton_without_gpu()
 
 
 # --- configuration -----------------------------------------------------------
