@@ -215,7 +215,7 @@ def _runner(cfg: ServingConfig) -> SimpleNamespace:
     table = cs.drafter_block_table(cfg)
     drafter.parallel_drafting = False
     drafter.constant_draft_positions = False
-    drafter.block_size = table.kv_cache_block_size
+    drafter.block_size = cs.kv_cache_block_size(table)
     drafter.kv_cache_gid = 1
     return SimpleNamespace(drafter=drafter, input_batch=SimpleNamespace(block_table=[None, table]))
 

@@ -17,3 +17,14 @@ def enable_triton_without_gpu() -> None:
 
 
 enable_triton_without_gpu()
+
+
+def max_num_blocks_per_req(spec: object, vllm_config: object, max_len: int) -> int:
+    """Block-table width of a KV-cache group, as the model runner sizes it:
+    the spec's own method (0.26.0), else 0.25.1's runner formula (no context
+    parallelism): ceil(max_len / block_size)."""
+    method = getattr(spec, "max_num_blocks_per_req", None)
+    if method is not None:
+        return int(method(vllm_config, max_len))
+    block_size = int(spec.block_size)  # type: ignore[attr-defined]
+    return -(-max_len // block_size)

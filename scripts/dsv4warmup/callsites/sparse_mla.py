@@ -32,6 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from dsv4warmup.callsites import max_num_blocks_per_req
 from dsv4warmup.serving import ServingConfig
 
 C128A_KERNEL = "_build_c128a_topk_metadata_kernel"
@@ -299,7 +300,7 @@ class Runner:
 def _block_table_width(spec: Any, vllm_config: Any, max_model_len: int) -> int:
     """``MultiGroupBlockTable``'s row length: the spec's blocks per request,
     rounded up to a multiple of 128 // block_size for blocks <= 128."""
-    width = spec.max_num_blocks_per_req(vllm_config, max_model_len)
+    width = max_num_blocks_per_req(spec, vllm_config, max_model_len)
     if spec.block_size <= 128:
         step = 128 // spec.block_size
         width = -(-width // step) * step

@@ -35,12 +35,14 @@ same configuration. Neither side uses the other's key derivation.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from dsv4warmup.callsites import max_num_blocks_per_req
 from dsv4warmup.serving import ServingConfig
 
 NEXT_TOKEN_KERNEL = "eagle_prepare_next_token_padded_kernel"
@@ -97,7 +99,10 @@ def drafter_block_table(cfg: ServingConfig, device: Any = "cpu") -> Any:
             dtype=model_dtype(),
         )
     vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(decode_context_parallel_size=1))
-    max_blocks = spec.max_num_blocks_per_req(vllm_config, cfg.max_model_len)
+    max_blocks = max_num_blocks_per_req(spec, vllm_config, cfg.max_model_len)
+    kwargs: dict[str, Any] = {}
+    if "max_model_len" in inspect.signature(MultiGroupBlockTable).parameters:
+        kwargs["max_model_len"] = cfg.max_model_len  # 0.25.1
     tables = MultiGroupBlockTable(
         max_num_reqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -106,6 +111,7 @@ def drafter_block_table(cfg: ServingConfig, device: Any = "cpu") -> Any:
         block_sizes=[spec.block_size],
         kernel_block_sizes=[spec.block_size],
         max_num_blocks=[max_blocks],
+        **kwargs,
     )
     return tables[0]
 
@@ -147,7 +153,7 @@ def warmup_params(cfg: ServingConfig, *, padded_drafter_batch: bool = True) -> A
         table = DrafterBlockTable(
             # SpecDecodeBaseProposer.block_size: the KV spec's block size of
             # the drafter's group (initialize_attn_backend).
-            block_size=block_table.kv_cache_block_size,
+            block_size=kv_cache_block_size(block_table),
             n_blocks_per_req=tensor.shape[1],
             stride=tensor.stride(0),
         )
@@ -273,7 +279,7 @@ class _Engine:
             n, dtype=torch.bool, device=self.device, pin_memory=False
         )
         self.proposer = _make_proposer(cfg, self.device, mrope)
-        self.proposer.block_size = self.block_table.kv_cache_block_size
+        self.proposer.block_size = kv_cache_block_size(self.block_table)
         # Distinct block ids per request; only the kernels' outputs read them.
         table = self.block_table.block_table
         rows, width = table.np.shape
@@ -810,3 +816,8 @@ def check_outputs(kernel: str, io: dict[str, Any]) -> None:
         torch.testing.assert_close(io["out"], ref, rtol=2e-2, atol=2e-2)
     else:
         raise AssertionError(kernel)
+
+
+def kv_cache_block_size(block_table: Any) -> int:
+    # 0.26.0 names the KV-cache (not kernel) block size apart; 0.25.1 has one.
+    return int(getattr(block_table, "kv_cache_block_size", block_table.block_size))
