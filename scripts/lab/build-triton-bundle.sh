@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU lab's bundle for the Triton-side tests (spec decode, sparse MLA): vLLM's pure
+# dependencies including those llm_base_proposer imports (llguidance, xgrammar, ...), without
+# tilelang, so that it fits the 64 MiB carry limit beside the trees.
+# Usage (repo root): mkdir -p .lab/triton && (cd .lab/triton && bash ../../scripts/lab/build-triton-bundle.sh)
+#   -> .lab/triton/site.tar.xz; then BUNDLE=.lab/triton/site.tar.xz scripts/lab/gpu-run.sh ...
+set -euo pipefail
+out=$(pwd)
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+pins=(
+  cloudpickle==3.1.3 uvloop==0.23.0 py-cpuinfo==9.0.0 prometheus_client==0.26.0 llguidance==1.7.6
+  xgrammar==0.2.6 apache-tvm-ffi==0.1.10
+  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+  openai==2.54.0 openai-harmony==0.0.8 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1
+  cbor2==6.3.0 pyzmq==27.3.0 msgspec==0.23.0 pybase64==1.5.1 cachetools==8.0.2
+  pytest-forked==1.7.5 py==1.11.0
+  transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 huggingface_hub==2.4.0 hf-xet==1.8.0
+  regex==2026.11.19 PyYAML==6.0.4 pillow==13.0.0 tqdm==4.70.1 packaging==26.4 psutil==7.2.2
+  aiohttp==3.14.5 multidict==7.2.1 yarl==1.25.1 propcache==0.5.4 frozenlist==1.8.0 aiosignal==1.4.0
+  aiohappyeyeballs==2.7.1 attrs==26.1.0
+  requests==2.34.2 urllib3==2.8.0 idna==3.20 certifi==2026.10.19.post1 charset-normalizer==3.5.3
+  rich==15.0.0 Pygments==2.21.0 markdown-it-py==4.3.0 mdurl==0.1.2 click==8.5.1 typer==0.29.2 shellingham==1.5.4
+  anyio==4.16.0 h11==0.16.0 httpx==0.28.1 httpcore==1.0.9 httpx2==2.16.2 httpcore2==2.16.2
+  einops==0.8.2 truststore==0.10.5 numpy==2.4.6
+)
+plat=()
+for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_24_x86_64 \
+         manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
+  plat+=(--platform "$p")
+done
+${PYTHON:-python3} -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "${plat[@]}" -d "$work/whl" "${pins[@]}"
+${PYTHON:-python3} -m pip install -q --no-deps --no-compile --target "$work/site" --python-version 3.12 \
+  --implementation cp --only-binary=:all: "${plat[@]}" "$work"/whl/*.whl
+(cd "$work/site" && tar cf - . | xz -6 -T0 > "$out/site.tar.xz")
+ls -la "$out/site.tar.xz"
