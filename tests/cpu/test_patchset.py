@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ from dsv4warmup import sources, trees
 from dsv4warmup import tree as tree_mod
 from dsv4warmup.__main__ import main as cli
 from dsv4warmup.paths import OVERLAY
+from helpers import git
 
 BASES = series_mod.available_bases()
 
@@ -178,30 +178,17 @@ def test_revert_refuses_an_edited_overlay_file(
     assert tree_digest(tree) == digest
 
 
-def _git(tree: Path, *args: str) -> str:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    return subprocess.run(
-        ["git", "-C", str(tree), *args], check=True, capture_output=True, text=True, env=env
-    ).stdout
-
-
 @pytest.mark.parametrize("base", BASES)
 def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
     tree = fresh(base, tmp_path)
-    _git(tree, "init", "-q")
-    _git(tree, "add", "-A", "-f", ".")
-    _git(tree, "commit", "-q", "-m", "pristine")
+    git(tree, "init", "-q")
+    git(tree, "add", "-A", "-f", ".")
+    git(tree, "commit", "-q", "-m", "pristine")
     s = series_mod.load(base)
     assert run_cli("apply", "--tree", str(tree), "--mode", "am") == 0
-    assert _git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"dsv4-warmup/v{base}"
+    assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"dsv4-warmup/v{base}"
     log = (
-        _git(
+        git(
             tree,
             "log",
             "--format=%an%x09%s%x09%(trailers:key=Signed-off-by,valueonly,separator=%x2C)",
@@ -215,11 +202,11 @@ def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
         author, subject, signoff = line.split("\t")
         assert subject in patch.subject
         assert signoff and author == "dsv4-warmup"
-    assert _git(tree, "status", "--porcelain").strip() == ""
+    assert git(tree, "status", "--porcelain").strip() == ""
     assert tree_mod.detect(tree).state == "applied"
     for i, patch in enumerate(s.patches):
         rev = f"HEAD~{len(s.patches) - 1 - i}"
-        files = set(_git(tree, "show", "--format=", "--name-only", rev).split())
+        files = set(git(tree, "show", "--format=", "--name-only", rev).split())
         assert files == set(patch.files) | set(patch.overlay)
 
 

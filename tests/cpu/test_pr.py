@@ -20,6 +20,7 @@ import pytest
 from dsv4warmup import pr as pr_mod
 from dsv4warmup import series as series_mod
 from dsv4warmup import sources
+from helpers import git
 
 REPO = Path(__file__).resolve().parents[2]
 BASES = series_mod.available_bases()
@@ -28,19 +29,6 @@ SECTIONS = ("## Purpose", "## Test Plan", "## Test Result")
 SPARSE = "vllm/models/deepseek_v4/sparse_mla.py"
 CACHE_UTILS = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
 MTP_NORM = "vllm/models/deepseek_v4/common/ops/fused_mtp_input_rmsnorm.py"
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="T",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="T",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    return subprocess.run(
-        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
-    ).stdout
 
 
 def sections_of(body: str) -> dict[str, str]:
@@ -84,7 +72,7 @@ def test_every_patch_has_a_pr(exported) -> None:
         assert "ruff check" in filled["## Test Result"]
         # The branch: the patches it depends on, then this one, each signed off.
         log = (
-            _git(
+            git(
                 repo,
                 "log",
                 "--format=%s%x09%(trailers:key=Signed-off-by,valueonly,separator=%x2C)",
@@ -98,7 +86,7 @@ def test_every_patch_has_a_pr(exported) -> None:
         assert log[0].split("\t")[0] in subject
         for dep in pr.deps:
             assert f"{dep.name[:4]} " in filled["## Purpose"]
-    series_log = _git(repo, "log", "--format=%s", f"v{base}..dsv4-warmup/v{base}").splitlines()
+    series_log = git(repo, "log", "--format=%s", f"v{base}..dsv4-warmup/v{base}").splitlines()
     assert len(series_log) == len(s.patches)
 
 
@@ -127,9 +115,9 @@ def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
         assert data is not None, rel
         (dev / rel).parent.mkdir(parents=True, exist_ok=True)
         (dev / rel).write_bytes(data)
-    _git(dev, "init", "-q")
-    _git(dev, "add", "-A")
-    _git(dev, "commit", "-q", "-m", "pristine")
+    git(dev, "init", "-q")
+    git(dev, "add", "-A")
+    git(dev, "commit", "-q", "-m", "pristine")
     series_dir = tmp / "patches" / "v0.26.0"
     series_dir.mkdir(parents=True)
     overlay = tmp / "overlay"
@@ -143,7 +131,7 @@ def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
             content = (dev / rel).read_text()
             assert content.count(old) == 1, old
             (dev / rel).write_text(content.replace(old, new))
-        _git(
+        git(
             dev,
             "commit",
             "-q",
@@ -153,7 +141,7 @@ def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
             f"{spec['subject']}\n\nWhy this matters, in a few words.",
         )
         name = f"{number:04d}-{spec.get('slug', f'change-{number}')}.patch"
-        mail = _git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "HEAD")
+        mail = git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "HEAD")
         (series_dir / name).write_text(spec.get("mangle", lambda m: m)(mail))
         lines.append(name)
         for rel, text in spec.get("overlay", {}).items():
@@ -332,10 +320,10 @@ def test_synthetic_dependencies_and_bodies(good) -> None:
         assert "Essential Elements of an Effective PR Description Checklist" in body
 
     repo = dest / "vllm"
-    files = _git(repo, "show", "--format=", "--name-only", "dsv4-warmup/guard").split()
+    files = git(repo, "show", "--format=", "--name-only", "dsv4-warmup/guard").split()
     assert sorted(files) == sorted([SPARSE, "vllm/model_executor/warmup/toy_keys.py"])
-    assert len(_git(repo, "log", "--format=%H", "v0.26.0..dsv4-warmup/keys").split()) == 2
-    assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "dsv4-warmup/v0.26.0"
+    assert len(git(repo, "log", "--format=%H", "v0.26.0..dsv4-warmup/keys").split()) == 2
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "dsv4-warmup/v0.26.0"
 
 
 def test_synthetic_without_results_says_not_yet_measured(tmp_path: Path) -> None:
@@ -426,17 +414,17 @@ def test_blame_ignores_what_the_pristine_file_already_had(tmp_path: Path) -> Non
     repo.mkdir()
     (repo / "pyproject.toml").write_text('[tool.ruff.lint]\nselect = ["F"]\n')
     (repo / "m.py").write_text("import os\n\n\ndef f():\n    return [1,2]\n")  # F401 + unformatted
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
     ruff = str(Path(sys.executable).parent / "ruff")
 
     def commit(text: str) -> series_mod.Patch:
         with open(repo / "m.py", "a") as f:
             f.write(text)
-        _git(repo, "commit", "-q", "-a", "-s", "-m", "change")
+        git(repo, "commit", "-q", "-a", "-s", "-m", "change")
         mail = tmp_path / f"{len(list(tmp_path.glob('*.patch')))}.patch"
-        mail.write_text(_git(repo, "format-patch", "-1", "--stdout", "HEAD"))
+        mail.write_text(git(repo, "format-patch", "-1", "--stdout", "HEAD"))
         return series_mod.Patch(mail)
 
     clean = commit("\n\ndef g() -> int:\n    return 1\n")

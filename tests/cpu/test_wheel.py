@@ -23,6 +23,7 @@ import pytest
 from dsv4warmup import series as series_mod
 from dsv4warmup import trees
 from dsv4warmup import wheel as wheel_mod
+from helpers import git
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = r"dsv4warmup\.\d+\.g[0-9a-f]{8}"
@@ -59,19 +60,6 @@ OVERLAY = {
 }
 
 
-def _git(cwd: Path, *args: str) -> str:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="T",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="T",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    return subprocess.run(
-        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
-    ).stdout
-
-
 def _write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -85,9 +73,9 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("synthetic")
     dev = tmp / "dev"
     _write(dev, PRISTINE)
-    _git(dev, "init", "-q")
-    _git(dev, "add", "-A")
-    _git(dev, "commit", "-q", "-m", "pristine")
+    git(dev, "init", "-q")
+    git(dev, "add", "-A")
+    git(dev, "commit", "-q", "-m", "pristine")
     _write(
         dev,
         {
@@ -95,10 +83,10 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "tests/test_sparse_mla.py": PRISTINE["tests/test_sparse_mla.py"] + "# edited\n",
         },
     )
-    _git(dev, "commit", "-q", "-a", "-s", "-m", "[Kernel] Zero-init and guard the metadata\n\nWhy.")
+    git(dev, "commit", "-q", "-a", "-s", "-m", "[Kernel] Zero-init and guard the metadata\n\nWhy.")
     patches = tmp / "patches"
     (patches / "v0.26.0").mkdir(parents=True)
-    mail = _git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "HEAD")
+    mail = git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "HEAD")
     (patches / "v0.26.0" / "0001-zero-init.patch").write_text(mail)
     (patches / "v0.26.0" / "series").write_text(
         "0001-zero-init.patch\n" + "".join(f"  + {rel}\n" for rel in OVERLAY)
