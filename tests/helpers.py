@@ -19,3 +19,20 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
     ).stdout
+
+
+def run_interpreted(test_file: str) -> None:
+    """Re-run ``test_file`` in a fresh pytest process with ``TRITON_INTERPRET=1``
+    (Triton reads it at import), asserting that it passes."""
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]

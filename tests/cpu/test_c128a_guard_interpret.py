@@ -24,33 +24,19 @@ this module re-runs itself in a subprocess with the interpreter on.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_interpreted
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run_interpreted(test_file: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
-
-
 if not INTERPRETED:
 
     def test_under_triton_interpreter() -> None:
-        _run_interpreted(__file__)
+        run_interpreted(__file__)
 
     def test_builder_buffers_are_initialised() -> None:
         """CUDA-graph padding rows must never expose left-over memory."""

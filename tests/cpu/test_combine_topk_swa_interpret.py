@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import run_interpreted
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -31,7 +32,7 @@ def _guard_module():  # type: ignore[no-untyped-def]
 if not INTERPRETED:
 
     def test_under_triton_interpreter() -> None:
-        _guard_module()._run_interpreted(__file__)
+        run_interpreted(__file__)
 
 else:
     import numpy as np

@@ -16,11 +16,10 @@ re-runs itself in a subprocess with it set.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_interpreted
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 REPO = Path(__file__).resolve().parents[2]
@@ -29,16 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 if not INTERPRETED:
 
     def test_under_triton_interpreter() -> None:
-        env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+        run_interpreted(__file__)
 
 else:
     import torch
