@@ -3,7 +3,9 @@
 #   .lab/gpu-lab/ (the recipe), .lab/bundle/site.tar.xz, .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
-# tests), sanitizer (c128a memcheck), bench (warmup costs).
+# tests), sanitizer (c128a memcheck), bench (warmup costs). Full logs go to $OUT/<phase>.log
+# (no tail: a run killed at the device limit still brings back what it printed);
+# PHASE_TIMEOUT caps each phase so a batch fits one call.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 REPO=$(pwd)
@@ -19,30 +21,30 @@ lab() {  # lab NAME: environment of one tree (subshell callers only)
 phase_upstream() {  # TREES / UPSTREAM_TESTS select what runs
   for t in ${TREES:-pristine patched}; do
     ( lab $t; cd "$DSV4_VLLM_TREE" && echo "### upstream tests on $t" &&
-      timeout 900 python3 -m pytest --noconftest -q -p no:cacheprovider \
-        ${UPSTREAM_TESTS:-tests/kernels/test_mhc_kernels.py tests/v1/spec_decode/test_eagle_step_kernel.py} 2>&1 | tail -25 )
+      timeout ${PHASE_TIMEOUT:-900} python3 -m pytest --noconftest -q -p no:cacheprovider \
+        ${UPSTREAM_TESTS:-tests/kernels/test_mhc_kernels.py tests/v1/spec_decode/test_eagle_step_kernel.py} 2>&1 )
   done
 }
 
 phase_gpu() {
   ( lab patched; cd "$REPO" && echo "### our GPU tests (patched tree, forked)" &&
-    timeout 1500 python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu} 2>&1 | tail -150 )
+    timeout ${PHASE_TIMEOUT:-1500} python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu} 2>&1 )
 }
 
 phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard overhead
   ( lab patched; cd "$REPO" &&
-    timeout 900 python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
-      --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 | tail -60 )
+    timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
+      --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 )
 }
 
 phase_bench() {  # warmup costs, cold and warm disk caches
   ( lab patched; cd "$REPO" && echo "### Triton warmups" &&
-    timeout 600 python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 | tail -20 )
+    timeout ${PHASE_TIMEOUT:-600} python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 )
 }
 
 phase_mhc() {
   ( lab patched; cd "$REPO" && echo "### mHC warmup vs upstream grid" &&
-    timeout 1200 python3 scripts/dsv4warmup/gpu/mhc_warmup_bench.py --json "$OUT/mhc_bench.json" 2>&1 | tail -60 )
+    timeout ${PHASE_TIMEOUT:-1200} python3 scripts/dsv4warmup/gpu/mhc_warmup_bench.py --json "$OUT/mhc_bench.json" 2>&1 )
 }
 
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once

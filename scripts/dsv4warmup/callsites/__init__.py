@@ -5,14 +5,13 @@ import os
 
 def enable_triton_without_gpu() -> None:
     """vLLM replaces Triton by a placeholder when no driver is active unless
-    ``CUDA_VISIBLE_DEVICES`` is empty; runs before any driver imports vLLM."""
-    try:
-        import torch
+    ``CUDA_VISIBLE_DEVICES`` is empty; runs before any driver imports vLLM.
 
-        has_cuda = torch.cuda.is_available()
-    except Exception:
-        has_cuda = False
-    if not has_cuda:
+    Looks for the NVIDIA device node rather than asking torch: any CUDA
+    driver call here (``torch.cuda.is_available()`` included) would poison
+    every fork of this process (pytest-forked GPU tests) with "Cannot
+    re-initialize CUDA in forked subprocess"."""
+    if not os.path.exists("/dev/nvidiactl"):
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
