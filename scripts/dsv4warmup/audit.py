@@ -33,6 +33,9 @@ class Row:
     wasted: int
     group: str = ""
 
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 def rows_for(cfg: ServingConfig) -> list[Row]:
     """Audit the vLLM tree importable in this process."""

@@ -63,10 +63,10 @@ def am_series(tree: Path, series: series_mod.Series, three_way: bool = False) ->
 def devtree(base: str, dest: Path) -> str:
     init_pristine_repo(base, dest)
     _git(dest, "checkout", "-q", "-b", f"dsv4-warmup/v{base}")
-    try:
-        am_series(dest, series_mod.load(base))
-    except series_mod.SeriesError:
-        pass  # no series yet: start from the pristine tag
+    # No series yet: start from the pristine tag. A broken one is an error,
+    # never a silently pristine dev tree.
+    if (PATCHES / f"v{base}" / "series").exists():
+        am_series(dest, series_mod.load(base, check_overlay=False))
     return f"{dest}: branch dsv4-warmup/v{base} on tag v{base}"
 
 
