@@ -3,7 +3,8 @@
 #   .lab/gpu-lab/ (the recipe), .lab/bundle/site.tar.xz, .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
-# tests), sanitizer (c128a memcheck), bench (warmup costs). Full logs go to $OUT/<phase>.log
+# tests), sanitizer (c128a memcheck), bench (warmup costs), mhc (mHC warmup vs upstream grid),
+# first_request (scripts/bench_first_request.py, both trees). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
 # PHASE_TIMEOUT caps each phase so a batch fits one call.
 set -uo pipefail
@@ -18,8 +19,8 @@ lab() {  # lab NAME: environment of one tree (subshell callers only)
   export DSV4_VLLM_TREE=/tmp/lab-$1/tree
 }
 
-phase_upstream() {  # TREES / UPSTREAM_TESTS select what runs
-  for t in ${TREES:-pristine patched}; do
+phase_upstream() {  # UPSTREAM_TREES (default TREES) / UPSTREAM_TESTS select what runs
+  for t in ${UPSTREAM_TREES:-${TREES:-pristine patched}}; do
     ( lab $t; cd "$DSV4_VLLM_TREE" && echo "### upstream tests on $t" &&
       timeout ${PHASE_TIMEOUT:-900} python3 -m pytest --noconftest -q -p no:cacheprovider \
         ${UPSTREAM_TESTS:-tests/kernels/test_mhc_kernels.py tests/v1/spec_decode/test_eagle_step_kernel.py} 2>&1 )
@@ -45,6 +46,14 @@ phase_bench() {  # warmup costs, cold and warm disk caches
 phase_mhc() {
   ( lab patched; cd "$REPO" && echo "### mHC warmup vs upstream grid" &&
     timeout ${PHASE_TIMEOUT:-1200} python3 scripts/dsv4warmup/gpu/mhc_warmup_bench.py --json "$OUT/mhc_bench.json" 2>&1 )
+}
+
+phase_first_request() {  # first-request replay, patched then pristine (#6)
+  ( lab patched; cd "$REPO" && echo "### first-request replay" &&
+    VLLM_TRITON_JIT_WARMUP_NUM_THREADS=${THREADS:-8} timeout ${PHASE_TIMEOUT:-900} \
+      python3 scripts/bench_first_request.py --max-tokens ${MAX_TOKENS:-8192} \
+        --tree patched=/tmp/lab-patched/tree --tree pristine=/tmp/lab-pristine/tree \
+        --json "$OUT/first_request.json" 2>&1 )
 }
 
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once

@@ -80,17 +80,10 @@ def count_compiles() -> Iterator[dict[str, list[str]]]:
         kernel_logger.setLevel(level)
 
 
-def torch_tf32_hc_prenorm_gemm(x, fn, out, sqrsum, num_split):
-    """DeepGEMM's split-K pre-norm GEMM in torch: partial sums over K."""
-    parts = zip(x.float().tensor_split(num_split, 1), fn.tensor_split(num_split, 1), strict=True)
-    for i, (xs, fs) in enumerate(parts):
-        out[i] = xs @ fs.t()
-        sqrsum[i] = xs.square().sum(-1)
-
-
 @contextmanager
 def deep_gemm_mode(enabled: bool) -> Iterator[None]:
     import vllm.utils.deep_gemm as deep_gemm
+    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
     from vllm.utils.import_utils import has_deep_gemm
 
     with mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: enabled):

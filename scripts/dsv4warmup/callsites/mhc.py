@@ -579,6 +579,15 @@ def _recording_helpers() -> Iterator[_HelperRecorder]:
 # --------------------------------------------------------------------------
 
 
+def torch_tf32_hc_prenorm_gemm(x: Any, fn: Any, out: Any, sqrsum: Any, num_split: int) -> None:
+    """DeepGEMM's split-K pre-norm GEMM in torch (partial sums over K): GPU
+    runs take the DeepGEMM deployment's mHC keys where DeepGEMM is absent."""
+    parts = zip(x.float().tensor_split(num_split, 1), fn.tensor_split(num_split, 1), strict=True)
+    for i, (xs, fs) in enumerate(parts):
+        out[i] = xs @ fs.t()
+        sqrsum[i] = xs.square().sum(-1)
+
+
 def token_counts(cfg: ServingConfig) -> list[int]:
     """Token counts a forward pass can see: 1..max_num_batched_tokens and the
     CUDA graph capture sizes."""

@@ -80,16 +80,9 @@ def _child(args: argparse.Namespace) -> dict:
 
         patches.append(mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: True))
         if not has_deep_gemm():
-
-            def torch_gemm(x, fn, out, sqrsum, num_split):
-                parts = zip(
-                    x.float().tensor_split(num_split, 1), fn.tensor_split(num_split, 1), strict=True
-                )
-                for i, (xs, fs) in enumerate(parts):
-                    out[i] = xs @ fs.t()
-                    sqrsum[i] = xs.square().sum(-1)
-
-            patches.append(mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", torch_gemm))
+            patches.append(
+                mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", cs.torch_tf32_hc_prenorm_gemm)
+            )
     else:
         import vllm.utils.deep_gemm as deep_gemm
 

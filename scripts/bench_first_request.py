@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""First-request replay of DeepSeek V4's model-specific kernels, pristine vs patched (GPU).
+
+    python scripts/bench_first_request.py --tree pristine=/path/to/pristine \\
+        --tree patched=/path/to/patched [--max-tokens 8192] [--json out.json]
+
+Each tree runs in child processes on its own, initially empty, Triton and
+TileLang cache directories:
+
+1. ``cold``: the tree's start-up warmup of these kernels, timed (patched: the
+   pre-warm entry point's ``warm()``, the code ``kernel_warmup`` shares;
+   pristine: what 0.26.0's ``kernel_warmup`` runs of them, its sparse-MLA
+   Triton warmup -- its mHC warmup reaches no NVIDIA wrapper), then the replay.
+2. ``warm``: the same in a second process on the caches the first filled.
+3. patched only, ``prewarm+serve``: ``python -m
+   vllm.model_executor.warmup.deepseek_v4_warmup`` with the same flags in one
+   process on fresh caches, then a second process that runs only the replay.
+
+The replay is a synthesized serving trace at kernel level, through the real
+call sites (``dsv4warmup.callsites``): a first request (one 1187-token
+prefill), then the sparse-MLA metadata builders over mixed prefill/decode
+batches, MTP k=1 proposer steps over changing batch sizes, the MTP head's
+logits, and target + MTP forward passes at every CUDA-graph capture size and
+a sample of eager token counts. Attention and MoE are stubbed; the 12 kernels
+run for real.
+
+Printed per kernel: compiles after warmup (``jit``: Triton in-memory misses
+(a disk-cache hit still counts), ``built``: real compiles, disk-cache misses
+included), first-call latency, steady-state median and worst later call,
+and per run the warmup wall time. DeepGEMM: if it is not installed, a torch
+stand-in runs its ``tf32_hc_prenorm_gemm`` so the mHC kernels take the
+DeepGEMM deployment's keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+SCRIPTS = Path(__file__).resolve().parent
+FIRST_PROMPT = 1187
+TRITON_KERNELS = (
+    "eagle_prepare_next_token_padded_kernel",
+    "eagle_prepare_inputs_padded_kernel",
+    "eagle_step_slot_mapping_metadata_kernel",
+    "_mtp_shared_head_rmsnorm_kernel",
+    "_build_c128a_topk_metadata_kernel",
+    "_combine_topk_swa_indices_kernel",
+)
+MHC = "mHC forward (TileLang)"
+
+
+# --- child -------------------------------------------------------------------------
+
+
+class _Probe:
+    """Compiles and per-call latencies of the kernels, in this process."""
+
+    def __init__(self) -> None:
+        self.jit: dict[str, int] = defaultdict(int)
+        self.built: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, list[float]] = defaultdict(list)
+        self.recording = False
+
+    def install(self) -> None:
+        import logging
+
+        import torch
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+
+        probe = self
+        do_compile, run = JITFunction._do_compile, JITFunction.run
+
+        def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if probe.recording and self.fn.__name__ in TRITON_KERNELS:
+                probe.jit[self.fn.__name__] += 1
+            return do_compile(self, *args, **kwargs)
+
+        def timed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            name = self.fn.__name__
+            if not probe.recording or name not in TRITON_KERNELS or kwargs.get("warmup"):
+                return run(self, *args, **kwargs)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = run(self, *args, **kwargs)
+            torch.cuda.synchronize()
+            probe.calls[name].append(time.perf_counter() - start)
+            return out
+
+        def listener(*, src, cache_hit, **_):  # type: ignore[no-untyped-def]
+            name = getattr(src, "name", "")
+            if probe.recording and not cache_hit and name in TRITON_KERNELS:
+                probe.built[name] += 1
+
+        JITFunction._do_compile = counting  # type: ignore[method-assign]
+        JITFunction.run = timed  # type: ignore[method-assign]
+        knobs.compilation.listener = listener
+
+        class TileLangCompiles(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                message = record.getMessage()
+                if probe.recording and "begins to compile kernel" in message:
+                    probe.built[message.split("`")[1]] += 1
+
+        # That logger only: its parent would see each line twice.
+        kernel_logger = logging.getLogger("tilelang.jit.kernel")
+        kernel_logger.setLevel(logging.INFO)
+        kernel_logger.addHandler(TileLangCompiles(logging.INFO))
+
+
+def _deep_gemm_stand_in() -> None:
+    """The DeepGEMM deployment's mHC keys on a machine without DeepGEMM."""
+    import vllm.utils.deep_gemm as deep_gemm
+    from vllm.utils.import_utils import has_deep_gemm
+
+    deep_gemm.is_deep_gemm_supported = lambda: True  # type: ignore[assignment]
+    if has_deep_gemm():
+        return
+
+    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
+
+    deep_gemm.tf32_hc_prenorm_gemm = torch_tf32_hc_prenorm_gemm  # type: ignore[assignment]
+
+
+def _serving(max_tokens: int) -> Any:
+    import torch
+    from dsv4warmup.serving import FLASH
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return FLASH.replace(max_num_batched_tokens=max_tokens, sm_count=sms)
+
+
+def _prewarm_argv(max_tokens: int) -> list[str]:
+    return ["--max-num-batched-tokens", str(max_tokens), "--deep-gemm"]
+
+
+def _tree_warmup(cfg: Any, max_tokens: int) -> None:
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm.model_executor.warmup.deepseek_v4_warmup"):
+        from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
+
+        args = prewarm.make_arg_parser().parse_args(_prewarm_argv(max_tokens))
+        summary = prewarm.warm(prewarm.config_from_args(args))
+        print(prewarm.format_summary(summary), file=sys.stderr)
+    else:  # 0.26.0: of these kernels its kernel_warmup compiles only the combine kernel
+        from dsv4warmup.callsites import sparse_mla
+        from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
+            sparse_mla_triton_warmup_if_needed,
+        )
+
+        worker = sparse_mla._pristine_worker(cfg, torch.device("cuda"))
+        sparse_mla_triton_warmup_if_needed(worker)
+    torch.cuda.synchronize()
+
+
+def _replay(cfg: Any, probe: _Probe) -> None:
+    import torch
+    from dsv4warmup.callsites import mhc, sparse_mla, spec_decode
+
+    def forward(models: Any, num_tokens: int) -> None:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        mhc._forward_all(models, num_tokens, True)
+        torch.cuda.synchronize()
+        probe.calls[MHC].append(time.perf_counter() - start)
+
+    torch.manual_seed(0)
+    models = mhc.build_models(cfg, device="cuda")
+    runner = sparse_mla.Runner(cfg, device="cuda")
+    batches = [*sparse_mla.scenarios(cfg), *sparse_mla.chunk_boundary_scenarios(cfg)]
+    probe.recording = True
+    with mhc._model_stubs(), torch.inference_mode():
+        forward(models, FIRST_PROMPT)  # the first request's prefill
+    with sparse_mla.no_attention_kernels("cuda"):
+        for batch in batches:
+            runner.step(batch)
+    spec_decode.run_call_sites(cfg, device="cuda")
+    counts = sorted(
+        set(cfg.capture_sizes) | set(mhc.sample_token_counts(cfg.max_num_batched_tokens))
+    )
+    with mhc._model_stubs(), torch.inference_mode():
+        for num_tokens in counts:
+            forward(models, num_tokens)
+    torch.cuda.synchronize()
+    probe.recording = False
+
+
+def child(mode: str, max_tokens: int) -> None:
+    sys.path.insert(0, str(SCRIPTS))
+    import torch
+
+    probe = _Probe()
+    probe.install()
+    _deep_gemm_stand_in()
+    torch.zeros(1, device="cuda")  # CUDA context outside the timings
+    cfg = _serving(max_tokens)
+    result: dict[str, Any] = {"mode": mode}
+    if mode == "prewarm":
+        from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
+
+        start = time.perf_counter()
+        code = prewarm.main(_prewarm_argv(max_tokens))
+        result.update(warmup_s=time.perf_counter() - start, exit=code)
+    else:
+        if mode == "warmup+replay":
+            start = time.perf_counter()
+            _tree_warmup(cfg, max_tokens)
+            result["warmup_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        _replay(cfg, probe)
+        result["replay_s"] = time.perf_counter() - start
+    result.update(jit=dict(probe.jit), built=dict(probe.built), calls=dict(probe.calls))
+    print("\n" + json.dumps(result))
+
+
+# --- parent ------------------------------------------------------------------------
+
+
+def _run(tree: Path | None, caches: Path, mode: str, max_tokens: int) -> dict[str, Any]:
+    """One child process on ``caches``; ``tree`` None: the installed vLLM."""
+    paths = [str(SCRIPTS), os.environ.get("PYTHONPATH", "")]
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=str(caches / "triton"),
+        TILELANG_CACHE_DIR=str(caches / "tilelang"),
+    )
+    if tree is not None:
+        paths.insert(0, str(tree))
+        env["DSV4_VLLM_TREE"] = str(tree)
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    cmd = [sys.executable, __file__, "--child", mode, "--max-tokens", str(max_tokens)]
+    started = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{mode} on {tree} failed:\n{res.stderr[-4000:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out["process_s"] = time.perf_counter() - started
+    return out
+
+
+def _kernel_rows(run: dict[str, Any]) -> list[str]:
+    names = sorted(set(run["calls"]) | set(run["jit"]) | set(run["built"]))
+    lines = []
+    triton = [n for n in names if n in TRITON_KERNELS or n == MHC]
+    tilelang = [n for n in names if n not in triton]
+    for name in triton:
+        calls = run["calls"].get(name, [])
+        first = f"{calls[0] * 1e3:9.2f}" if calls else f"{'-':>9}"
+        rest = calls[1:]
+        median = f"{statistics.median(rest) * 1e3:8.3f}" if rest else f"{'-':>8}"
+        worst = f"{max(rest) * 1e3:9.2f}" if rest else f"{'-':>9}"
+        jit = run["jit"].get(name, "") if name != MHC else ""
+        built = run["built"].get(name, "") if name != MHC else ""
+        lines.append(
+            f"    {name:<40} {jit!s:>4} {built!s:>6} {len(calls):>6} {first} {median} {worst}"
+        )
+    for name in tilelang:
+        lines.append(f"    {name:<40} {'':>4} {run['built'][name]:>6}   (TileLang, in {MHC})")
+    return lines
+
+
+def report(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    out = []
+    for tree, runs in results.items():
+        for label, run in runs.items():
+            warm = run.get("warmup_s")
+            head = f"{tree} / {label}: process {run['process_s']:.1f} s"
+            if warm is not None:
+                head += f", warmup {warm:.1f} s"
+            if "replay_s" in run:
+                head += f", replay {run['replay_s']:.1f} s"
+            out.append(head)
+            if "calls" in run and run["calls"]:
+                out.append(
+                    f"    {'kernel':<40} {'jit':>4} {'built':>6} {'calls':>6} "
+                    f"{'first ms':>9} {'med ms':>8} {'worst ms':>9}"
+                )
+                out += _kernel_rows(run)
+                jit = sum(run["jit"].values())
+                built = sum(run["built"].values())
+                out.append(f"    compiles after warmup: jit {jit}, built {built}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", default=[], help="LABEL=PATH")
+    parser.add_argument("--max-tokens", type=int, default=8192)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", choices=("warmup+replay", "replay", "prewarm"))
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.max_tokens)
+        return
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for spec in args.tree:
+        label, _, path = spec.partition("=")
+        tree = Path(path).resolve()
+        caches = Path(tempfile.mkdtemp(prefix=f"first-request-{label}-"))
+        runs = results.setdefault(label, {})
+        runs["cold"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
+        runs["warm disk cache"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
+        if (tree / "vllm/model_executor/warmup/deepseek_v4_warmup.py").exists():
+            runs["pre-warm CLI"] = _run(tree, caches / "b", "prewarm", args.max_tokens)
+            runs["serve after pre-warm"] = _run(tree, caches / "b", "replay", args.max_tokens)
+        print(report({label: runs}), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
