@@ -18,6 +18,7 @@ KEY_TESTS = (
     "tests/cpu/test_spec_decode_keys.py",
     "tests/cpu/test_sparse_mla_keys.py",
     "tests/cpu/test_mhc_keys.py",
+    "tests/cpu/test_prewarm_cli.py",
 )
 
 

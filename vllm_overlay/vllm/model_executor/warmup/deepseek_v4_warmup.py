@@ -25,6 +25,7 @@ outside vLLM (the dsv4-warmup tooling, ``dsv4warmup`` on ``PYTHONPATH``).
 
 import argparse
 import dataclasses
+import inspect
 import json
 import sys
 import time
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 
 from vllm.logger import init_logger
+from vllm.utils.math_utils import cdiv
 
 logger = init_logger(__name__)
 
@@ -144,7 +146,15 @@ def _mtp_drafter_block_table(cfg: DeepseekV4WarmupConfig) -> Any:
             decode_context_parallel_size=cfg.decode_context_parallel_size
         )
     )
-    max_blocks = spec.max_num_blocks_per_req(parallel, cfg.max_model_len)  # type: ignore[arg-type]
+    if hasattr(spec, "max_num_blocks_per_req"):
+        max_blocks = spec.max_num_blocks_per_req(parallel, cfg.max_model_len)  # type: ignore[arg-type]
+    else:  # vLLM < 0.26: the runner's formula
+        max_blocks = cdiv(
+            cfg.max_model_len, spec.block_size * cfg.decode_context_parallel_size
+        )
+    kwargs: dict[str, Any] = {}
+    if "max_model_len" in inspect.signature(MultiGroupBlockTable).parameters:
+        kwargs["max_model_len"] = cfg.max_model_len  # vLLM < 0.26
     tables = MultiGroupBlockTable(
         max_num_reqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -153,6 +163,7 @@ def _mtp_drafter_block_table(cfg: DeepseekV4WarmupConfig) -> Any:
         block_sizes=[spec.block_size],
         kernel_block_sizes=[spec.block_size],
         max_num_blocks=[max_blocks],
+        **kwargs,
     )
     tensor = tables[0].get_device_tensor(1)
     return DrafterBlockTable(
@@ -581,8 +592,19 @@ def _audit(cfg: DeepseekV4WarmupConfig, as_json: bool) -> int:
     return 1 if any(row.missing for row in rows) else 0
 
 
+def _logs_to_stderr() -> None:
+    # stdout carries the summary or the --json rows; vLLM logs to stdout by
+    # default (VLLM_LOGGING_STREAM), configured before main() runs.
+    import logging
+
+    for handler in logging.getLogger("vllm").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_arg_parser().parse_args(argv)
+    _logs_to_stderr()
     cfg = config_from_args(args)
     if args.audit:
         return _audit(cfg, args.json)
