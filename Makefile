@@ -79,6 +79,10 @@ wheel: setup
 pr: setup
 	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT))
 
-# GPU lab: pack pristine + patched trees into .lab/trees for scripts/lab/gpu-run.sh.
-lab: setup
+# GPU lab: pack pristine + patched trees into .lab/trees and build the package bundle
+# (.lab/full/site.tar.xz, once) for scripts/lab/gpu-run.sh; see docs/gpu-results.md.
+lab: setup .lab/full/site.tar.xz
 	$(RUN) lab
+
+.lab/full/site.tar.xz: scripts/lab/build-lab-bundle.sh
+	mkdir -p .lab/full && cd .lab/full && PYTHON=$(CURDIR)/$(PY) bash $(CURDIR)/scripts/lab/build-lab-bundle.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU lab machine (device tool), from the repo root, with .lab/ carried:
-#   .lab/gpu-lab/ (the recipe), .lab/bundle/site.tar.xz, .lab/trees/{pristine,patched}.tgz
+#   .lab/gpu-lab/ (the recipe), .lab/full/site.tar.xz (scripts/lab/build-lab-bundle.sh),
+#   .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), bench (warmup costs), mhc (mHC warmup vs upstream grid),
@@ -15,7 +16,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 lab() {  # lab NAME: environment of one tree (subshell callers only)
   export TRITON_CACHE_DIR=/tmp/lab-$1/triton-cache TILELANG_CACHE_DIR=/tmp/lab-$1/tilelang-cache
   # shellcheck disable=SC1091
-  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/bundle/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "/tmp/lab-$1" >/dev/null
+  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/full/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "/tmp/lab-$1" >/dev/null
   export DSV4_VLLM_TREE=/tmp/lab-$1/tree
 }
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The GPU lab's bundle for the Triton-side tests (spec decode, sparse MLA): vLLM's pure
-# dependencies including those llm_base_proposer imports (llguidance, xgrammar, ...), without
-# tilelang, so that it fits the 64 MiB carry limit beside the trees.
-# Usage (repo root): mkdir -p .lab/triton && (cd .lab/triton && bash ../../scripts/lab/build-triton-bundle.sh)
-#   -> .lab/triton/site.tar.xz; then BUNDLE=.lab/triton/site.tar.xz scripts/lab/gpu-run.sh ...
+# Bundles of the pure packages vLLM imports on the GPU lab machine (which has CPython 3.12, torch
+# 2.11.0, triton 3.6.0, transformers, numpy; see ../shared/gpu-lab), unpacked and xz-compressed to
+# fit the device tool's 64 MiB carry limit beside the trees (`make lab`, ~5.8 MB each).
+#   KIND=full (default, ~49 MB): tilelang 0.1.9 and its native dependencies (the gpu-lab bundle's
+#     pins) plus llguidance and xgrammar, which the spec-decode proposer imports: mHC tests, the
+#     pre-warm entry point and scripts/bench_first_request.py in one call.
+#   KIND=triton (~47 MB): no tilelang, a wider set of pure packages; what the Triton-side GPU tests
+#     (spec decode, sparse MLA) were first verified with.
+# Usage (repo root): mkdir -p .lab/full && (cd .lab/full && bash ../../scripts/lab/build-lab-bundle.sh)
+#   -> .lab/full/site.tar.xz, the default BUNDLE of scripts/lab/gpu-run.sh.
 set -euo pipefail
 out=$(pwd)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -23,6 +28,15 @@ pins=(
   anyio==4.16.0 h11==0.16.0 httpx==0.28.1 httpcore==1.0.9 httpx2==2.16.2 httpcore2==2.16.2
   einops==0.8.2 truststore==0.10.5 numpy==2.4.6
 )
+if [ "${KIND:-full}" = full ]; then
+  pins=(
+    tilelang==0.1.9 apache-tvm-ffi==0.1.10 z3-solver==4.15.4.0 torch-c-dlpack-ext==0.1.5
+    pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+    openai==2.54.0 openai-harmony==0.0.8 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1
+    cbor2==6.3.0 pyzmq==27.3.0 msgspec==0.23.0 pybase64==1.5.1 cachetools==8.0.2
+    pytest-forked==1.7.5 py==1.11.0 llguidance==1.7.6 xgrammar==0.2.6
+  )
+fi
 plat=()
 for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_24_x86_64 \
          manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
@@ -32,5 +46,5 @@ ${PYTHON:-python3} -m pip download -q --no-deps --only-binary=:all: --python-ver
   "${plat[@]}" -d "$work/whl" "${pins[@]}"
 ${PYTHON:-python3} -m pip install -q --no-deps --no-compile --target "$work/site" --python-version 3.12 \
   --implementation cp --only-binary=:all: "${plat[@]}" "$work"/whl/*.whl
-(cd "$work/site" && tar cf - . | xz -6 -T0 > "$out/site.tar.xz")
+(cd "$work/site" && tar cf - . | xz -9e -T0 > "$out/site.tar.xz")
 ls -la "$out/site.tar.xz"
