@@ -47,15 +47,13 @@ from pathlib import Path
 from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(SCRIPTS))
+from dsv4warmup.callsites import sparse_mla as _sparse_mla  # noqa: E402
+from dsv4warmup.callsites import spec_decode as _spec_decode  # noqa: E402
+
+# The six Triton kernels (the mHC TileLang kernels are timed per forward pass).
+TRITON_KERNELS = (*_spec_decode.KERNELS, *_sparse_mla.KERNELS)
 FIRST_PROMPT = 1187
-TRITON_KERNELS = (
-    "eagle_prepare_next_token_padded_kernel",
-    "eagle_prepare_inputs_padded_kernel",
-    "eagle_step_slot_mapping_metadata_kernel",
-    "_mtp_shared_head_rmsnorm_kernel",
-    "_build_c128a_topk_metadata_kernel",
-    "_combine_topk_swa_indices_kernel",
-)
 MHC = "mHC forward (TileLang)"
 
 
@@ -199,7 +197,6 @@ def _replay(cfg: Any, probe: _Probe) -> None:
 
 
 def child(mode: str, max_tokens: int) -> None:
-    sys.path.insert(0, str(SCRIPTS))
     import torch
 
     probe = _Probe()

@@ -27,6 +27,9 @@ def _vllm_tree() -> Path | None:
     return trees.patched_tree("0.26.0")
 
 
+# Before anything imports vLLM: keep Triton on a CPU-only machine.
+import dsv4warmup.callsites  # noqa: E402, F401
+
 _tree = _vllm_tree()
 if _tree is not None:
     sys.path.insert(0, str(_tree))

@@ -87,3 +87,41 @@ def keys_by_kernel(launches: list[RecordedLaunch]) -> dict[str, set[tuple[Any, .
     for launch in launches:
         out.setdefault(launch.kernel, set()).add(launch.key)
     return out
+
+
+def compile_for_sm90(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Build this launch's exact variant for sm90 with Triton's own compiler,
+    as ``JITFunction._do_compile`` would on an H100/H200 (the wheel ships
+    ptxas: no GPU or driver needed). Returns the ``CompiledKernel``."""
+    import triton
+    from triton.runtime.jit import MockTensor
+
+    args = tuple(MockTensor.wrap_dtype(a) for a in args)
+    kwargs = dict(kwargs, debug=False, instrumentation_mode="")
+    bound_args, specialization, options = _binder(kernel)(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(
+        _backend(), kwargs, bound_args, specialization, options
+    )
+    source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=_backend().target, options=options.__dict__)
+
+
+@contextlib.contextmanager
+def compile_launches_for_sm90() -> Iterator[list[tuple[RecordedLaunch, Any]]]:
+    """Like :func:`record_launches`, but also build each launch's variant
+    for sm90 (:func:`compile_for_sm90`) instead of running it."""
+    from triton.runtime.jit import JITFunction
+
+    built: list[tuple[RecordedLaunch, Any]] = []
+    original = JITFunction.run
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        launch = RecordedLaunch(kernel_name(self), exact_key(self, args, kwargs), warmup)
+        built.append((launch, compile_for_sm90(self, args, kwargs)))
+        return None
+
+    JITFunction.run = run  # type: ignore[method-assign]
+    try:
+        yield built
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
