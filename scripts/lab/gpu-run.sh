@@ -5,7 +5,8 @@
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), bench (warmup costs), mhc (mHC warmup vs upstream grid),
-# first_request (scripts/bench_first_request.py, both trees). Full logs go to $OUT/<phase>.log
+# first_request (scripts/bench_first_request.py, both trees), sanitizer_sweep (memcheck over the
+# sparse-MLA warmup + sweep). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
 # PHASE_TIMEOUT caps each phase so a batch fits one call.
 set -uo pipefail
@@ -37,6 +38,14 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
   ( lab patched; cd "$REPO" &&
     timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
       --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 )
+}
+
+phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + realistic sweep (#4)
+  ( lab patched; cd "$REPO" && echo "### compute-sanitizer over warmup + sweep" &&
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout ${PHASE_TIMEOUT:-900} \
+      compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+      python3 -m pytest -p no:cacheprovider -p no:forked -m gpu -q \
+        tests/gpu/test_sparse_mla_gpu.py -k "${SWEEP_K:-sweep_after_warmup and flash-64k}" 2>&1 )
 }
 
 phase_bench() {  # warmup costs, cold and warm disk caches
