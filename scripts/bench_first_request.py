@@ -297,6 +297,11 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="LABEL=PATH")
     parser.add_argument("--max-tokens", type=int, default=8192)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--runs",
+        default="cold,warm,prewarm",
+        help="which runs per tree (comma-separated: cold, warm, prewarm); warm needs cold",
+    )
     parser.add_argument("--child", choices=("warmup+replay", "replay", "prewarm"))
     args = parser.parse_args()
     if args.child:
@@ -308,9 +313,13 @@ def main() -> None:
         tree = Path(path).resolve()
         caches = Path(tempfile.mkdtemp(prefix=f"first-request-{label}-"))
         runs = results.setdefault(label, {})
-        runs["cold"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
-        runs["warm disk cache"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
-        if (tree / "vllm/model_executor/warmup/deepseek_v4_warmup.py").exists():
+        wanted = set(args.runs.split(","))
+        if "cold" in wanted:
+            runs["cold"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
+        if "warm" in wanted:
+            runs["warm disk cache"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
+        has_prewarm = (tree / "vllm/model_executor/warmup/deepseek_v4_warmup.py").exists()
+        if "prewarm" in wanted and has_prewarm:
             runs["pre-warm CLI"] = _run(tree, caches / "b", "prewarm", args.max_tokens)
             runs["serve after pre-warm"] = _run(tree, caches / "b", "replay", args.max_tokens)
         print(report({label: runs}), flush=True)

@@ -61,8 +61,8 @@ phase_mhc() {
 phase_first_request() {  # first-request replay, patched then pristine (#6)
   ( lab patched; cd "$REPO" && echo "### first-request replay" &&
     VLLM_TRITON_JIT_WARMUP_NUM_THREADS=${THREADS:-8} timeout ${PHASE_TIMEOUT:-900} \
-      python3 scripts/bench_first_request.py --max-tokens ${MAX_TOKENS:-8192} \
-        --tree patched=/tmp/lab-patched/tree --tree pristine=/tmp/lab-pristine/tree \
+      python3 scripts/bench_first_request.py --max-tokens ${MAX_TOKENS:-8192} --runs ${RUNS:-cold,warm,prewarm} \
+        $(for t in ${BENCH_TREES:-patched pristine}; do echo --tree $t=/tmp/lab-$t/tree; done) \
         --json "$OUT/first_request.json" 2>&1 )
 }
 
