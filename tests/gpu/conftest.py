@@ -28,6 +28,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise pytest.UsageError(
-            "CUDA was initialised in the pytest process during collection, so no forked "
-            "GPU test can use it; keep CUDA calls out of module level and imports"
+            "CUDA does not work in a fork of the pytest process, so no forked GPU test can "
+            "use it: was CUDA initialised during collection (a module-level CUDA call or "
+            "torch.cuda.is_available() in an import)?"
         )
