@@ -208,8 +208,12 @@ def child(mode: str, max_tokens: int) -> None:
     if mode == "prewarm":
         from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
 
+        # Recording here too: what the pre-warm builds is the probe's positive
+        # control (a later replay that builds nothing is then meaningful).
+        probe.recording = True
         start = time.perf_counter()
         code = prewarm.main(_prewarm_argv(max_tokens))
+        probe.recording = False
         result.update(warmup_s=time.perf_counter() - start, exit=code)
     else:
         if mode == "warmup+replay":
@@ -233,11 +237,13 @@ def _run(tree: Path | None, caches: Path, mode: str, max_tokens: int) -> dict[st
         os.environ,
         TRITON_CACHE_DIR=str(caches / "triton"),
         TILELANG_CACHE_DIR=str(caches / "tilelang"),
+        # The TileLang compile count reads this log line.
+        TILELANG_PRINT_ON_COMPILATION="1",
     )
     if tree is not None:
         paths.insert(0, str(tree))
         env["DSV4_VLLM_TREE"] = str(tree)
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     cmd = [sys.executable, __file__, "--child", mode, "--max-tokens", str(max_tokens)]
     started = time.perf_counter()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -245,6 +251,8 @@ def _run(tree: Path | None, caches: Path, mode: str, max_tokens: int) -> dict[st
         raise RuntimeError(f"{mode} on {tree} failed:\n{res.stderr[-4000:]}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     out["process_s"] = time.perf_counter() - started
+    if out.get("exit", 0) != 0:
+        raise RuntimeError(f"{mode} on {tree} exited {out['exit']}:\n{res.stderr[-4000:]}")
     return out
 
 
@@ -280,7 +288,7 @@ def report(results: dict[str, dict[str, dict[str, Any]]]) -> str:
             if "replay_s" in run:
                 head += f", replay {run['replay_s']:.1f} s"
             out.append(head)
-            if "calls" in run and run["calls"]:
+            if run.get("calls") or run.get("built"):
                 out.append(
                     f"    {'kernel':<40} {'jit':>4} {'built':>6} {'calls':>6} "
                     f"{'first ms':>9} {'med ms':>8} {'worst ms':>9}"
@@ -316,7 +324,7 @@ def main() -> None:
         wanted = set(args.runs.split(","))
         if "cold" in wanted:
             runs["cold"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
-        if "warm" in wanted:
+        if "warm" in wanted:  # on the caches the cold run filled
             runs["warm disk cache"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
         has_prewarm = (tree / "vllm/model_executor/warmup/deepseek_v4_warmup.py").exists()
         if "prewarm" in wanted and has_prewarm:

@@ -21,7 +21,9 @@ __all__ = ["audit_rows", "format_rows", "serving_config", "warmed_keys"]
 
 
 def serving_config(cfg: Any) -> ServingConfig:
-    """The drivers' view of a ``DeepseekV4WarmupConfig``."""
+    """The drivers' view of a ``DeepseekV4WarmupConfig``. The drivers model
+    the report's deployments: no parallel drafting, no decode context
+    parallelism, padded drafter batches; ``audit_rows`` refuses the rest."""
     method = cfg.speculative_method if cfg.num_speculative_tokens > 0 else None
     return ServingConfig(
         max_num_seqs=cfg.max_num_seqs,
@@ -41,6 +43,8 @@ def serving_config(cfg: Any) -> ServingConfig:
         compress_ratios=tuple(cfg.compress_ratios),
         num_nextn_predict_layers=cfg.num_nextn_predict_layers,
         rms_norm_eps=cfg.rms_norm_eps,
+        hc_eps=cfg.hc_eps,
+        hc_sinkhorn_iters=cfg.hc_sinkhorn_iters,
         sm_count=cfg.num_sms or ServingConfig.sm_count,
     )
 
@@ -102,6 +106,17 @@ def runtime_keys(cfg: Any) -> dict[str, dict[str, set[Any]]]:
 
 
 def audit_rows(cfg: Any) -> list[Row]:
+    unsupported = [
+        name
+        for name, value in (
+            ("parallel_drafting", cfg.parallel_drafting),
+            ("disable_padded_drafter_batch", cfg.disable_padded_drafter_batch),
+            ("decode_context_parallel_size", cfg.decode_context_parallel_size != 1),
+        )
+        if value
+    ]
+    if unsupported:
+        raise ValueError(f"the call-site drivers do not model {', '.join(unsupported)}")
     warm = warmed_keys(cfg)
     rows = []
     for group, runtime in runtime_keys(cfg).items():

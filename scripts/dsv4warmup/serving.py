@@ -73,6 +73,8 @@ class ServingConfig:
     compress_ratios: tuple[int, ...] = (4, 128)
     num_nextn_predict_layers: int = 1
     rms_norm_eps: float = 1e-6
+    hc_eps: float = 1e-6
+    hc_sinkhorn_iters: int = 20
     # device
     sm_count: int = 132
 
@@ -84,6 +86,15 @@ class ServingConfig:
             default_cudagraph_capture_sizes(
                 self.max_num_seqs, self.num_speculative_tokens, self.max_num_batched_tokens
             )
+        )
+
+    @property
+    def uses_mtp(self) -> bool:
+        """DeepSeek V4's own MTP head drafts (vLLM's names for the method)."""
+        return (
+            self.speculative_method in ("mtp", "deepseek_mtp")
+            and self.num_speculative_tokens > 0
+            and self.num_nextn_predict_layers > 0
         )
 
     def replace(self, **changes: object) -> ServingConfig:

@@ -123,6 +123,12 @@ SWEEP = {
         "max_num_batched_tokens": 2048,
     },
     "no-spec-decode": {"speculative_method": None, "num_speculative_tokens": 0},
+    "deepseek-mtp-hc-eps": {
+        "speculative_method": "deepseek_mtp",
+        "hc_eps": 1e-5,
+        "hc_sinkhorn_iters": 10,
+        "max_num_batched_tokens": 2048,
+    },
 }
 
 
@@ -189,3 +195,49 @@ def test_flags_and_config_json(tmp_path: Path) -> None:
     )
     assert not none.uses_mtp and prewarm.spec_decode_params(none) is None
     assert prewarm.attention_compress_ratios(none) == {4, 128}
+
+
+def _parse(*argv: str) -> Any:
+    prewarm = _prewarm()
+    return prewarm.config_from_args(prewarm.make_arg_parser().parse_args(list(argv)))
+
+
+def test_serve_defaults_the_cli_mirrors(tmp_path: Path) -> None:
+    # vllm serve: MTP without num_speculative_tokens drafts with the model's
+    # MTP layers; without --max-model-len the model's own maximum.
+    (tmp_path / "config.json").write_text(
+        json.dumps({"num_nextn_predict_layers": 1, "max_position_embeddings": 1 << 20})
+    )
+    cfg = _parse("--model", str(tmp_path), "--speculative-config", '{"method": "mtp"}')
+    assert cfg.uses_mtp and cfg.num_speculative_tokens == 1
+    assert cfg.max_model_len == 1 << 20
+    assert _parse("--model", str(tmp_path), "--max-model-len", "4096").max_model_len == 4096
+    assert _parse().max_model_len == 65536  # no config.json: the report's deployment
+    with pytest.raises(SystemExit, match="MTP"):
+        _parse("--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 2}')
+
+
+def test_c128a_keys_follow_the_kernel_block_size_not_the_flag() -> None:
+    # The metadata builders see the attention backend's kernel block size
+    # (256) whatever --block-size says, as the worker warmup reads it.
+    from dsv4warmup.triton_keys import keys_by_kernel, record_launches
+    from vllm.model_executor.warmup.triton_specialization import compile_triton_warmup
+
+    prewarm = _prewarm()
+    keys = []
+    for block_size in ("256", "128"):
+        with record_launches() as recorded:
+            compile_triton_warmup(
+                "rec", prewarm.sparse_mla_launches(_parse("--block-size", block_size))
+            )
+        keys.append(keys_by_kernel(recorded)["_build_c128a_topk_metadata_kernel"])
+    assert keys[0] == keys[1] and keys[0]
+
+
+def test_audit_refuses_what_the_drivers_do_not_model() -> None:
+    cfg = _parse(
+        "--speculative-config",
+        '{"method": "mtp", "num_speculative_tokens": 2, "parallel_drafting": true}',
+    )
+    with pytest.raises(ValueError, match="parallel_drafting"):
+        prewarm_audit.audit_rows(cfg)

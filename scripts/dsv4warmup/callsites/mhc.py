@@ -480,7 +480,7 @@ def build_models(cfg: ServingConfig, device: str = "meta") -> Models:
         _finalize_broadcast(target)
         target.norm = nn.Identity()  # the final RMSNorm runs after hc_head
         draft = None
-        if cfg.speculative_method == "mtp" and cfg.num_speculative_tokens > 0:
+        if cfg.uses_mtp:
             draft = mtp_mod.DeepSeekV4MTP(vllm_config=vllm_config, prefix="mtp")
         if device != "meta":
             with torch.no_grad():

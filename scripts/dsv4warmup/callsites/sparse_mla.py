@@ -59,11 +59,7 @@ def main_layer_ratios(cfg: ServingConfig) -> tuple[int, ...]:
 
 
 def uses_mtp(cfg: ServingConfig) -> bool:
-    return (
-        cfg.speculative_method in ("mtp", "deepseek_mtp")
-        and cfg.num_speculative_tokens > 0
-        and cfg.num_nextn_predict_layers > 0
-    )
+    return cfg.uses_mtp
 
 
 def attention_layer_ratios(cfg: ServingConfig) -> tuple[int, ...]:

@@ -63,12 +63,14 @@ _HEAD_SIZE = 128  # stand-in head size of a full-attention drafter group
 def is_deepseek_v4_mtp(cfg: ServingConfig) -> bool:
     """A ServingConfig describes DeepSeek V4; its "mtp" method is V4's own MTP
     head (``DeepSeekV4MTPModel``)."""
-    return cfg.speculative_method == "mtp" and cfg.num_speculative_tokens > 0
+    return cfg.uses_mtp
 
 
 def uses_eagle_proposer(cfg: ServingConfig) -> bool:
     """Methods the V1 runner serves with ``EagleProposer`` (use_eagle())."""
-    return cfg.speculative_method in ("eagle", "eagle3", "mtp") and cfg.num_speculative_tokens > 0
+    return cfg.uses_mtp or (
+        cfg.speculative_method in ("eagle", "eagle3") and cfg.num_speculative_tokens > 0
+    )
 
 
 def model_dtype() -> Any:

@@ -228,7 +228,7 @@ def sparse_mla_launches(cfg: DeepseekV4WarmupConfig) -> list[Any]:
             max_num_batched_tokens=cfg.max_num_batched_tokens,
             max_num_seqs=cfg.max_num_seqs,
             max_model_len=cfg.max_model_len,
-            block_size=cfg.block_size,
+            block_size=_c128a_kernel_block_size(cfg),
             num_speculative_tokens=k,
             parallel_drafting=cfg.parallel_drafting,
             decode_context_parallel_size=cfg.decode_context_parallel_size,
@@ -245,6 +245,20 @@ def sparse_mla_launches(cfg: DeepseekV4WarmupConfig) -> list[Any]:
         prefill_chunk_size=DeepseekV4Attention.PREFILL_CHUNK_SIZE,
     )
     return launches
+
+
+def _c128a_kernel_block_size(cfg: DeepseekV4WarmupConfig) -> int:
+    """The block size the metadata builders see, as ``_kv_block_size`` reads
+    it off the loaded layers: the CUDA DeepSeek V4 attention backend's only
+    kernel block size (``--block-size`` may differ)."""
+    from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
+
+    sizes = {
+        size
+        for size in DeepseekV4FlashMLABackend.get_supported_kernel_block_sizes()
+        if isinstance(size, int)
+    }
+    return sizes.pop() if len(sizes) == 1 else cfg.block_size
 
 
 def triton_launches(cfg: DeepseekV4WarmupConfig) -> list[Any]:
@@ -388,8 +402,17 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
         unique_launches,
     )
 
-    cfg = resolve_device_facts(cfg)
-    assert cfg.num_sms is not None and cfg.use_deep_gemm is not None
+    detected = resolve_device_facts(cfg.replace(num_sms=None, use_deep_gemm=None))
+    for name in ("num_sms", "use_deep_gemm"):
+        given = getattr(cfg, name)
+        if given is not None and given != getattr(detected, name):
+            # The wrappers select keys from this machine; warming others would
+            # count keys that were never compiled.
+            raise ValueError(
+                f"{name}={given} differs from this machine's "
+                f"{getattr(detected, name)}; warm on the serving GPU model"
+            )
+    cfg = detected
     started = time.perf_counter()
     summary = WarmupSummary()
     by_kernel: dict[str, list[Any]] = {}
@@ -477,9 +500,16 @@ def make_arg_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens
     )
-    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        help="default: config.json's max_position_embeddings as vllm serve, else "
+        f"{d.max_model_len}",
+    )
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     p.add_argument("--block-size", type=int, default=d.block_size)
+    # Accepted so that serve flags can be passed as they are; no key of
+    # these kernels depends on them.
     p.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype)
     p.add_argument(
         "--tensor-parallel-size", "-tp", type=int, default=d.tensor_parallel_size
@@ -504,25 +534,24 @@ def make_arg_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra CUDA-graph sizes (all up to --max-num-batched-tokens are warmed)",
     )
-    for name in (
-        "hidden_size",
-        "vocab_size",
-        "hc_mult",
-        "index_topk",
-        "sliding_window",
-    ):
+    for name in _INT_OVERRIDES:
         p.add_argument(
-            f"--{name.replace('_', '-')}", type=int, help="override config.json"
+            f"--{name.replace('_', '-')}", type=int, help="overrides config.json"
         )
     p.add_argument(
         "--compress-ratios", type=int, nargs="+", help="override config.json"
     )
-    p.add_argument("--num-sms", type=int, help="SM count (default: the current GPU)")
+    p.add_argument(
+        "--num-sms",
+        type=int,
+        help="SM count for --audit (default: this GPU; warming needs this GPU's)",
+    )
     p.add_argument(
         "--deep-gemm",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="whether DeepGEMM runs the mHC GEMM (default: as vLLM detects)",
+        help="whether DeepGEMM runs the mHC GEMM, for --audit (default and when "
+        "warming: as vLLM detects it here)",
     )
     p.add_argument(
         "--audit",
@@ -533,18 +562,36 @@ def make_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _num_speculative_tokens(spec: dict[str, Any], cfg: DeepseekV4WarmupConfig) -> int:
+    k = spec.get("num_speculative_tokens")
+    if k is None and spec.get("method") in _MTP_METHODS:
+        # vLLM's SpeculativeConfig takes the model's MTP layer count.
+        return cfg.num_nextn_predict_layers
+    method = spec.get("method")
+    if method is not None and method not in _MTP_METHODS:
+        raise SystemExit(
+            f"--speculative-config method {method!r}: DeepSeek V4 serves "
+            f"speculative decoding with its MTP head ({', '.join(_MTP_METHODS)})"
+        )
+    return int(k or 0)
+
+
 def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
     cfg = DeepseekV4WarmupConfig()
+    max_len_from_config = None
     path = args.hf_config_path or args.model
     if path:
         config_json = Path(path)
         if config_json.is_dir():
             config_json = config_json / "config.json"
-        cfg = config_from_hf_config(json.loads(config_json.read_text()), cfg)
+        hf_config = json.loads(config_json.read_text())
+        cfg = config_from_hf_config(hf_config, cfg)
+        # Like vllm serve: without --max-model-len, the model's own maximum.
+        max_len_from_config = hf_config.get("max_position_embeddings")
     spec = args.speculative_config or {}
     changes: dict[str, Any] = dict(
         max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
+        max_model_len=args.max_model_len or max_len_from_config or cfg.max_model_len,
         max_num_seqs=args.max_num_seqs,
         block_size=args.block_size,
         kv_cache_dtype=args.kv_cache_dtype,
@@ -552,7 +599,7 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
         decode_context_parallel_size=args.decode_context_parallel_size,
         cudagraph_capture_sizes=tuple(args.cudagraph_capture_sizes),
         speculative_method=spec.get("method"),
-        num_speculative_tokens=int(spec.get("num_speculative_tokens") or 0),
+        num_speculative_tokens=_num_speculative_tokens(spec, cfg),
         parallel_drafting=bool(spec.get("parallel_drafting", False)),
         disable_padded_drafter_batch=bool(
             spec.get("disable_padded_drafter_batch", False)
@@ -560,13 +607,7 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
         num_sms=args.num_sms,
         use_deep_gemm=args.deep_gemm,
     )
-    for name in (
-        "hidden_size",
-        "vocab_size",
-        "hc_mult",
-        "index_topk",
-        "sliding_window",
-    ):
+    for name in _INT_OVERRIDES:
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.compress_ratios:
