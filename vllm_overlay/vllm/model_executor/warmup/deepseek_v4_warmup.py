@@ -248,17 +248,14 @@ def sparse_mla_launches(cfg: DeepseekV4WarmupConfig) -> list[Any]:
 
 
 def _c128a_kernel_block_size(cfg: DeepseekV4WarmupConfig) -> int:
-    """The block size the metadata builders see, as ``_kv_block_size`` reads
-    it off the loaded layers: the CUDA DeepSeek V4 attention backend's only
-    kernel block size (``--block-size`` may differ)."""
+    """As the worker warmup reads it off the loaded CUDA layers: their
+    backend's kernel block size (``--block-size`` may differ)."""
+    from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
+        deepseek_v4_kernel_block_size,
+    )
     from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
 
-    sizes = {
-        size
-        for size in DeepseekV4FlashMLABackend.get_supported_kernel_block_sizes()
-        if isinstance(size, int)
-    }
-    return sizes.pop() if len(sizes) == 1 else cfg.block_size
+    return deepseek_v4_kernel_block_size([DeepseekV4FlashMLABackend], cfg.block_size)
 
 
 def triton_launches(cfg: DeepseekV4WarmupConfig) -> list[Any]:
@@ -414,34 +411,33 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
             )
     cfg = detected
     started = time.perf_counter()
-    summary = WarmupSummary()
     by_kernel: dict[str, list[Any]] = {}
     for launch in unique_launches(triton_launches(cfg)):
         by_kernel.setdefault(launch.kernel_name, []).append(launch)
-    steps: list[tuple[str, Any]] = [(name, ls) for name, ls in by_kernel.items()]
-    steps.append(("mHC TileLang kernels", None))
-    bar = _progress(len(steps), progress)
-    for name, launches in steps:
-        t0 = time.perf_counter()
-        if launches is not None:
-            compiled, failed = compile_triton_warmup(name, launches)
-            result = KernelWarmupResult(name, compiled + failed, failed)
-        else:
-            sites = mhc_call_sites(cfg, torch.device("cuda"))
-            warmed, total = nvidia_mhc_warmup(
-                sites,
-                mhc_token_counts(cfg),
-                use_deep_gemm=cfg.use_deep_gemm,
-                num_sms=cfg.num_sms,
-                num_threads=_num_compile_threads(),
-            )
-            torch.accelerator.synchronize()
-            result = KernelWarmupResult(name, total, total - warmed)
+    bar = _progress(len(by_kernel) + 1, progress)
+    summary = WarmupSummary()
+
+    def record(result: KernelWarmupResult, t0: float) -> None:
         result.seconds = time.perf_counter() - t0
         summary.results.append(result)
         if bar is not None:
-            bar.set_postfix_str(name)
+            bar.set_postfix_str(result.kernel)
             bar.update(1)
+
+    for name, launches in by_kernel.items():
+        t0 = time.perf_counter()
+        compiled, failed = compile_triton_warmup(name, launches)
+        record(KernelWarmupResult(name, compiled + failed, failed), t0)
+    t0 = time.perf_counter()
+    warmed, total = nvidia_mhc_warmup(
+        mhc_call_sites(cfg, torch.device("cuda")),
+        mhc_token_counts(cfg),
+        use_deep_gemm=cfg.use_deep_gemm,
+        num_sms=cfg.num_sms,
+        num_threads=_num_compile_threads(),
+    )
+    torch.accelerator.synchronize()
+    record(KernelWarmupResult("mHC TileLang kernels", total, total - warmed), t0)
     if bar is not None:
         bar.close()
     summary.seconds = time.perf_counter() - started
