@@ -35,6 +35,7 @@ DeepGEMM deployment's keys.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -116,20 +117,6 @@ class _Probe:
         kernel_logger.addHandler(TileLangCompiles(logging.INFO))
 
 
-def _deep_gemm_stand_in() -> None:
-    """The DeepGEMM deployment's mHC keys on a machine without DeepGEMM."""
-    import vllm.utils.deep_gemm as deep_gemm
-    from vllm.utils.import_utils import has_deep_gemm
-
-    deep_gemm.is_deep_gemm_supported = lambda: True  # type: ignore[assignment]
-    if has_deep_gemm():
-        return
-
-    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
-
-    deep_gemm.tf32_hc_prenorm_gemm = torch_tf32_hc_prenorm_gemm  # type: ignore[assignment]
-
-
 def _serving(max_tokens: int) -> Any:
     import torch
     from dsv4warmup.serving import FLASH
@@ -201,7 +188,11 @@ def child(mode: str, max_tokens: int) -> None:
 
     probe = _Probe()
     probe.install()
-    _deep_gemm_stand_in()
+    # The DeepGEMM deployment's mHC keys, also where DeepGEMM is not installed;
+    # for the child's lifetime.
+    from dsv4warmup.callsites import mhc
+
+    contextlib.ExitStack().enter_context(mhc.deep_gemm_mode(True))
     torch.zeros(1, device="cuda")  # CUDA context outside the timings
     cfg = _serving(max_tokens)
     result: dict[str, Any] = {"mode": mode}

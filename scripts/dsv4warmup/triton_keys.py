@@ -63,23 +63,38 @@ class RecordedLaunch:
 
 
 @contextlib.contextmanager
-def record_launches() -> Iterator[list[RecordedLaunch]]:
-    """Record the exact key of every ``kernel[grid](...)`` and
-    ``kernel.warmup(...)`` instead of compiling or running it."""
+def _intercepted_runs(on_launch: Any) -> Iterator[None]:
+    """``JITFunction.run`` (every ``kernel[grid](...)`` and
+    ``kernel.warmup(...)``) calls ``on_launch(kernel, args, kwargs, warmup)``
+    instead of compiling or running."""
     from triton.runtime.jit import JITFunction
 
-    recorded: list[RecordedLaunch] = []
     original = JITFunction.run
 
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        recorded.append(RecordedLaunch(kernel_name(self), exact_key(self, args, kwargs), warmup))
+        on_launch(self, args, kwargs, warmup)
         return None
 
     JITFunction.run = run  # type: ignore[method-assign]
     try:
-        yield recorded
+        yield
     finally:
         JITFunction.run = original  # type: ignore[method-assign]
+
+
+def _recorded(
+    kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], warmup: bool
+) -> RecordedLaunch:
+    return RecordedLaunch(kernel_name(kernel), exact_key(kernel, args, kwargs), warmup)
+
+
+@contextlib.contextmanager
+def record_launches() -> Iterator[list[RecordedLaunch]]:
+    """Record the exact key of every ``kernel[grid](...)`` and
+    ``kernel.warmup(...)`` instead of compiling or running it."""
+    recorded: list[RecordedLaunch] = []
+    with _intercepted_runs(lambda *launch: recorded.append(_recorded(*launch))):
+        yield recorded
 
 
 def keys_by_kernel(launches: list[RecordedLaunch]) -> dict[str, set[tuple[Any, ...]]]:
@@ -110,18 +125,11 @@ def compile_for_sm90(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
 def compile_launches_for_sm90() -> Iterator[list[tuple[RecordedLaunch, Any]]]:
     """Like :func:`record_launches`, but also build each launch's variant
     for sm90 (:func:`compile_for_sm90`) instead of running it."""
-    from triton.runtime.jit import JITFunction
-
     built: list[tuple[RecordedLaunch, Any]] = []
-    original = JITFunction.run
 
-    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        launch = RecordedLaunch(kernel_name(self), exact_key(self, args, kwargs), warmup)
-        built.append((launch, compile_for_sm90(self, args, kwargs)))
-        return None
+    def build(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], warmup: bool) -> None:
+        launch = _recorded(kernel, args, kwargs, warmup)
+        built.append((launch, compile_for_sm90(kernel, args, kwargs)))
 
-    JITFunction.run = run  # type: ignore[method-assign]
-    try:
+    with _intercepted_runs(build):
         yield built
-    finally:
-        JITFunction.run = original  # type: ignore[method-assign]

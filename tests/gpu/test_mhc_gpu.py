@@ -80,20 +80,6 @@ def count_compiles() -> Iterator[dict[str, list[str]]]:
         kernel_logger.setLevel(level)
 
 
-@contextmanager
-def deep_gemm_mode(enabled: bool) -> Iterator[None]:
-    import vllm.utils.deep_gemm as deep_gemm
-    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
-    from vllm.utils.import_utils import has_deep_gemm
-
-    with mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: enabled):
-        if enabled and not has_deep_gemm():
-            with mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", torch_tf32_hc_prenorm_gemm):
-                yield
-        else:
-            yield
-
-
 @pytest.mark.parametrize("deep_gemm", [False, True], ids=["tilelang-gemm", "deep-gemm"])
 def test_startup_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> None:
     _need_cuda()
@@ -112,7 +98,7 @@ def test_startup_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> 
     models = cs.build_models(cfg, device="cuda")
     threads = str(min(16, os.cpu_count() or 1))
     with (
-        deep_gemm_mode(deep_gemm),
+        cs.deep_gemm_mode(deep_gemm),
         mock.patch.dict(os.environ, {"VLLM_TRITON_JIT_WARMUP_NUM_THREADS": threads}),
     ):
         # vLLM's startup entry point, as kernel_warmup calls it.

@@ -588,6 +588,23 @@ def torch_tf32_hc_prenorm_gemm(x: Any, fn: Any, out: Any, sqrsum: Any, num_split
         sqrsum[i] = xs.square().sum(-1)
 
 
+@contextlib.contextmanager
+def deep_gemm_mode(enabled: bool) -> Iterator[None]:
+    """Make vLLM see DeepGEMM as usable or not; where it is wanted but not
+    installed, :func:`torch_tf32_hc_prenorm_gemm` runs its GEMM, so the mHC
+    wrappers take the DeepGEMM deployment's TileLang keys on a GPU."""
+    import vllm.utils.deep_gemm as deep_gemm
+    from vllm.utils.import_utils import has_deep_gemm
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: enabled))
+        if enabled and not has_deep_gemm():
+            stack.enter_context(
+                mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", torch_tf32_hc_prenorm_gemm)
+            )
+        yield
+
+
 def token_counts(cfg: ServingConfig) -> list[int]:
     """Token counts a forward pass can see: 1..max_num_batched_tokens and the
     CUDA graph capture sizes."""

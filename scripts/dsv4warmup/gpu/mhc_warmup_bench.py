@@ -27,6 +27,7 @@ deployment); ``off`` takes the wrappers' non-DeepGEMM branch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -43,7 +44,6 @@ def _child(args: argparse.Namespace) -> dict:
     sys.path.insert(0, str(SCRIPTS))
     started = time.perf_counter()
     import logging
-    from unittest import mock
 
     import torch
     from dsv4warmup.callsites import mhc as cs
@@ -73,22 +73,8 @@ def _child(args: argparse.Namespace) -> dict:
     kernel_logger.addHandler(compile_log)
 
     use_deep_gemm = args.deep_gemm == "auto"
-    patches = []
-    if use_deep_gemm:
-        import vllm.utils.deep_gemm as deep_gemm
-        from vllm.utils.import_utils import has_deep_gemm
-
-        patches.append(mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: True))
-        if not has_deep_gemm():
-            patches.append(
-                mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", cs.torch_tf32_hc_prenorm_gemm)
-            )
-    else:
-        import vllm.utils.deep_gemm as deep_gemm
-
-        patches.append(mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: False))
-    for patch in patches:
-        patch.start()
+    # For the child's lifetime (it exits when done).
+    contextlib.ExitStack().enter_context(cs.deep_gemm_mode(use_deep_gemm))
 
     num_sms = device_num_sms()
     base = PRO if args.hidden == PRO.hidden_size else FLASH.replace(hidden_size=args.hidden)
