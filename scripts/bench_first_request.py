@@ -189,10 +189,12 @@ def child(mode: str, max_tokens: int) -> None:
     probe = _Probe()
     probe.install()
     # The DeepGEMM deployment's mHC keys, also where DeepGEMM is not installed;
-    # for the child's lifetime.
+    # for the child's lifetime (a context left unreferenced would be exited
+    # as soon as it is garbage-collected).
     from dsv4warmup.callsites import mhc
 
-    contextlib.ExitStack().enter_context(mhc.deep_gemm_mode(True))
+    deep_gemm = contextlib.ExitStack()
+    deep_gemm.enter_context(mhc.deep_gemm_mode(True))
     torch.zeros(1, device="cuda")  # CUDA context outside the timings
     cfg = _serving(max_tokens)
     result: dict[str, Any] = {"mode": mode}
@@ -215,6 +217,7 @@ def child(mode: str, max_tokens: int) -> None:
         _replay(cfg, probe)
         result["replay_s"] = time.perf_counter() - start
     result.update(jit=dict(probe.jit), built=dict(probe.built), calls=dict(probe.calls))
+    deep_gemm.close()
     print("\n" + json.dumps(result))
 
 

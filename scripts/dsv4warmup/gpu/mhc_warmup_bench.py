@@ -73,8 +73,10 @@ def _child(args: argparse.Namespace) -> dict:
     kernel_logger.addHandler(compile_log)
 
     use_deep_gemm = args.deep_gemm == "auto"
-    # For the child's lifetime (it exits when done).
-    contextlib.ExitStack().enter_context(cs.deep_gemm_mode(use_deep_gemm))
+    # Until _child returns (a context left unreferenced would be exited as soon
+    # as it is garbage-collected).
+    deep_gemm = contextlib.ExitStack()
+    deep_gemm.enter_context(cs.deep_gemm_mode(use_deep_gemm))
 
     num_sms = device_num_sms()
     base = PRO if args.hidden == PRO.hidden_size else FLASH.replace(hidden_size=args.hidden)
