@@ -125,11 +125,11 @@ def _serving(max_tokens: int) -> Any:
     return FLASH.replace(max_num_batched_tokens=max_tokens, sm_count=sms)
 
 
-def _prewarm_argv(max_tokens: int) -> list[str]:
-    return ["--max-num-batched-tokens", str(max_tokens), "--deep-gemm"]
+def _prewarm_argv(max_tokens: int, deep_gemm: bool) -> list[str]:
+    return ["--max-num-batched-tokens", str(max_tokens)] + (["--deep-gemm"] if deep_gemm else [])
 
 
-def _tree_warmup(cfg: Any, max_tokens: int) -> None:
+def _tree_warmup(cfg: Any, max_tokens: int, deep_gemm: bool) -> None:
     import importlib.util
 
     import torch
@@ -137,7 +137,7 @@ def _tree_warmup(cfg: Any, max_tokens: int) -> None:
     if importlib.util.find_spec("vllm.model_executor.warmup.deepseek_v4_warmup"):
         from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
 
-        args = prewarm.make_arg_parser().parse_args(_prewarm_argv(max_tokens))
+        args = prewarm.make_arg_parser().parse_args(_prewarm_argv(max_tokens, deep_gemm))
         summary = prewarm.warm(prewarm.config_from_args(args))
         print(prewarm.format_summary(summary), file=sys.stderr)
     else:  # 0.26.0: of these kernels its kernel_warmup compiles only the combine kernel
@@ -151,14 +151,18 @@ def _tree_warmup(cfg: Any, max_tokens: int) -> None:
     torch.cuda.synchronize()
 
 
-def _replay(cfg: Any, probe: _Probe) -> None:
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _replay(cfg: Any, probe: _Probe, deep_gemm: bool) -> None:
     import torch
     from dsv4warmup.callsites import mhc, sparse_mla, spec_decode
 
     def forward(models: Any, num_tokens: int) -> None:
         torch.cuda.synchronize()
         start = time.perf_counter()
-        mhc._forward_all(models, num_tokens, True)
+        mhc._forward_all(models, num_tokens, deep_gemm)
         torch.cuda.synchronize()
         probe.calls[MHC].append(time.perf_counter() - start)
 
@@ -167,37 +171,43 @@ def _replay(cfg: Any, probe: _Probe) -> None:
     runner = sparse_mla.Runner(cfg, device="cuda")
     batches = [*sparse_mla.scenarios(cfg), *sparse_mla.chunk_boundary_scenarios(cfg)]
     probe.recording = True
+    _log("replay: first request")
     with mhc._model_stubs(), torch.inference_mode():
         forward(models, FIRST_PROMPT)  # the first request's prefill
+    _log(f"replay: sparse-MLA metadata, {len(batches)} batches")
     with sparse_mla.no_attention_kernels("cuda"):
         for batch in batches:
             runner.step(batch)
+    _log("replay: MTP proposer steps")
     spec_decode.run_call_sites(cfg, device="cuda")
     counts = sorted(
         set(cfg.capture_sizes) | set(mhc.sample_token_counts(cfg.max_num_batched_tokens))
     )
+    _log(f"replay: forward passes at {len(counts)} token counts")
     with mhc._model_stubs(), torch.inference_mode():
         for num_tokens in counts:
             forward(models, num_tokens)
     torch.cuda.synchronize()
     probe.recording = False
+    _log("replay: done")
 
 
-def child(mode: str, max_tokens: int) -> None:
+def child(mode: str, max_tokens: int, deep_gemm: bool) -> None:
     import torch
 
     probe = _Probe()
     probe.install()
-    # The DeepGEMM deployment's mHC keys, also where DeepGEMM is not installed;
-    # for the child's lifetime (a context left unreferenced would be exited
+    # The DeepGEMM deployment's mHC keys (or not), also where DeepGEMM is not
+    # installed; for the child's lifetime (a context left unreferenced would be exited
     # as soon as it is garbage-collected).
     from dsv4warmup.callsites import mhc
 
-    deep_gemm = contextlib.ExitStack()
-    deep_gemm.enter_context(mhc.deep_gemm_mode(True))
+    deep_gemm_context = contextlib.ExitStack()
+    deep_gemm_context.enter_context(mhc.deep_gemm_mode(deep_gemm))
     torch.zeros(1, device="cuda")  # CUDA context outside the timings
     cfg = _serving(max_tokens)
-    result: dict[str, Any] = {"mode": mode}
+    result: dict[str, Any] = {"mode": mode, "deep_gemm": deep_gemm}
+    _log(f"{mode}: start")
     if mode == "prewarm":
         from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
 
@@ -205,27 +215,31 @@ def child(mode: str, max_tokens: int) -> None:
         # control (a later replay that builds nothing is then meaningful).
         probe.recording = True
         start = time.perf_counter()
-        code = prewarm.main(_prewarm_argv(max_tokens))
+        code = prewarm.main(_prewarm_argv(max_tokens, deep_gemm))
         probe.recording = False
         result.update(warmup_s=time.perf_counter() - start, exit=code)
     else:
         if mode == "warmup+replay":
             start = time.perf_counter()
-            _tree_warmup(cfg, max_tokens)
+            _tree_warmup(cfg, max_tokens, deep_gemm)
             result["warmup_s"] = time.perf_counter() - start
+            _log(f"warmup done in {result['warmup_s']:.1f} s")
         start = time.perf_counter()
-        _replay(cfg, probe)
+        _replay(cfg, probe, deep_gemm)
         result["replay_s"] = time.perf_counter() - start
     result.update(jit=dict(probe.jit), built=dict(probe.built), calls=dict(probe.calls))
-    deep_gemm.close()
+    deep_gemm_context.close()
     print("\n" + json.dumps(result))
 
 
 # --- parent ------------------------------------------------------------------------
 
 
-def _run(tree: Path | None, caches: Path, mode: str, max_tokens: int) -> dict[str, Any]:
-    """One child process on ``caches``; ``tree`` None: the installed vLLM."""
+def _run(
+    tree: Path | None, caches: Path, mode: str, max_tokens: int, deep_gemm: bool = True
+) -> dict[str, Any]:
+    """One child process on ``caches``; ``tree`` None: the installed vLLM.
+    Its stderr (progress, logs) goes straight to ours."""
     paths = [str(SCRIPTS), os.environ.get("PYTHONPATH", "")]
     env = dict(
         os.environ,
@@ -239,14 +253,15 @@ def _run(tree: Path | None, caches: Path, mode: str, max_tokens: int) -> dict[st
         env["DSV4_VLLM_TREE"] = str(tree)
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     cmd = [sys.executable, __file__, "--child", mode, "--max-tokens", str(max_tokens)]
+    cmd.append("--deep-gemm" if deep_gemm else "--no-deep-gemm")
     started = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if res.returncode != 0:
-        raise RuntimeError(f"{mode} on {tree} failed:\n{res.stderr[-4000:]}")
+        raise RuntimeError(f"{mode} on {tree} failed (exit {res.returncode}); see its stderr above")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     out["process_s"] = time.perf_counter() - started
     if out.get("exit", 0) != 0:
-        raise RuntimeError(f"{mode} on {tree} exited {out['exit']}:\n{res.stderr[-4000:]}")
+        raise RuntimeError(f"{mode} on {tree} exited {out['exit']}; see its stderr above")
     return out
 
 
@@ -304,10 +319,16 @@ def main() -> None:
         default="cold,warm,prewarm",
         help="which runs per tree (comma-separated: cold, warm, prewarm); warm needs cold",
     )
+    parser.add_argument(
+        "--deep-gemm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the mHC kernels' DeepGEMM deployment keys (default) or the keys without it",
+    )
     parser.add_argument("--child", choices=("warmup+replay", "replay", "prewarm"))
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.max_tokens)
+        child(args.child, args.max_tokens, args.deep_gemm)
         return
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for spec in args.tree:
@@ -316,15 +337,24 @@ def main() -> None:
         caches = Path(tempfile.mkdtemp(prefix=f"first-request-{label}-"))
         runs = results.setdefault(label, {})
         wanted = set(args.runs.split(","))
-        if "cold" in wanted:
-            runs["cold"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
-        if "warm" in wanted:  # on the caches the cold run filled
-            runs["warm disk cache"] = _run(tree, caches / "a", "warmup+replay", args.max_tokens)
         has_prewarm = (tree / "vllm/model_executor/warmup/deepseek_v4_warmup.py").exists()
-        if "prewarm" in wanted and has_prewarm:
-            runs["pre-warm CLI"] = _run(tree, caches / "b", "prewarm", args.max_tokens)
-            runs["serve after pre-warm"] = _run(tree, caches / "b", "replay", args.max_tokens)
-        print(report({label: runs}), flush=True)
+        plan = [
+            ("cold", "cold", "a", "warmup+replay"),
+            ("warm", "warm disk cache", "a", "warmup+replay"),  # the caches cold filled
+            *(
+                [
+                    ("prewarm", "pre-warm CLI", "b", "prewarm"),
+                    ("prewarm", "serve after pre-warm", "b", "replay"),
+                ]
+                if has_prewarm
+                else []
+            ),
+        ]
+        for wanted_as, run_label, cache, mode in plan:
+            if wanted_as in wanted:
+                runs[run_label] = _run(tree, caches / cache, mode, args.max_tokens, args.deep_gemm)
+                # Each run as it ends: a capped run still shows what finished.
+                print(report({label: {run_label: runs[run_label]}}), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -5,7 +5,8 @@
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), bench (warmup costs), mhc (mHC warmup vs upstream grid),
-# first_request (scripts/bench_first_request.py, both trees), sanitizer_sweep (memcheck over the
+# first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
+# mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + sweep). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
 # PHASE_TIMEOUT caps each phase so a batch fits one call.
@@ -62,6 +63,7 @@ phase_first_request() {  # first-request replay, patched then pristine (#6)
   ( lab patched; cd "$REPO" && echo "### first-request replay" &&
     VLLM_TRITON_JIT_WARMUP_NUM_THREADS=${THREADS:-8} timeout ${PHASE_TIMEOUT:-900} \
       python3 scripts/bench_first_request.py --max-tokens ${MAX_TOKENS:-8192} --runs ${RUNS:-cold,warm,prewarm} \
+        --${DEEP_GEMM:-deep-gemm} \
         $(for t in ${BENCH_TREES:-patched pristine}; do echo --tree $t=/tmp/lab-$t/tree; done) \
         --json "$OUT/first_request.json" 2>&1 )
 }
