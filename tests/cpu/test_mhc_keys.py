@@ -12,12 +12,18 @@ a stand-in package.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from unittest import mock
 
 import pytest
 from dsv4warmup.callsites import mhc as cs
 from dsv4warmup.serving import FLASH, PRO
 
+REPO = Path(__file__).resolve().parents[2]
 MODELS = {"flash": FLASH, "pro": PRO}
 SM_COUNTS = (132, 148)  # H100/H200, B200
 MAX_BATCHED = (2048, 8192, 16384)
@@ -257,3 +263,48 @@ def test_cuda_adapter_logs_one_line() -> None:
     assert run.call_args.args[1] == list(range(1, 8193))
     assert info.call_count == 1
     assert info.call_args.args[1:4] == (30, 31, 8192)
+
+
+_LAUNCHED = """
+import json, sys
+import dsv4warmup.callsites
+from dsv4warmup.callsites import mhc
+from dsv4warmup.serving import FLASH, PRO
+
+out = {}
+for name, model in (("flash", FLASH), ("pro", PRO)):
+    for sm_count in (132, 148):
+        for deep_gemm in (True, False):
+            cfg = model.replace(sm_count=sm_count, max_num_batched_tokens=8192)
+            launched = mhc.launched_keys_by_tokens(
+                cfg, mhc.pristine_token_counts(cfg), deep_gemm
+            )
+            out[f"{name}-{sm_count}-{deep_gemm}"] = {
+                n: {k: sorted(map(repr, v)) for k, v in keys.items()}
+                for n, keys in launched.items()
+            }
+sys.stdout.write("\\n" + json.dumps(out) + "\\n")
+"""
+
+
+def _launched_by(tree: Path) -> dict:
+    env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
+    res = subprocess.run([sys.executable, "-c", _LAUNCHED], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_patched_wrappers_launch_what_upstream_launches() -> None:
+    # Patch 0006 moves the key choice into tilelang_dispatch; at every token
+    # count the model code must launch the same factories with the same static
+    # arguments as upstream 0.26.0 (TileLang's cache keys unchanged).
+    from dsv4warmup import trees
+
+    pristine = _launched_by(trees.pristine_tree("0.26.0"))
+    patched = _launched_by(trees.patched_tree("0.26.0"))
+    assert pristine.keys() == patched.keys()
+    for combo, by_count in pristine.items():
+        assert len(by_count) > 200, combo
+        differs = [n for n in by_count if by_count[n] != patched[combo][n]]
+        assert not differs, f"{combo}: different keys at token counts {differs[:10]}"

@@ -750,13 +750,21 @@ def _pristine_runtime_keys(cfg: ServingConfig, *, deep_gemm: bool | None) -> Key
     64, the capture sizes, the maximum). A lower bound of the runtime keys,
     enough to show what upstream's warmup leaves to the first requests."""
     deep_gemm = deep_gemm_of(cfg) if deep_gemm is None else deep_gemm
+    return merge(launched_keys_by_tokens(cfg, pristine_token_counts(cfg), deep_gemm).values())
+
+
+def launched_keys_by_tokens(
+    cfg: ServingConfig, counts: Iterable[int], deep_gemm: bool
+) -> dict[int, KeysByKernel]:
+    """What the model code launches at each token count, recorded at the
+    ``@tilelang.jit`` factories: works on any tree, upstream 0.26.0 included."""
     models = build_models(cfg)
-    launched: list[KeysByKernel] = []
+    launched: dict[int, KeysByKernel] = {}
     with recording(cfg.sm_count, deep_gemm) as recorder, _model_stubs():
-        for num_tokens in pristine_token_counts(cfg):
+        for num_tokens in counts:
             _forward_all(models, num_tokens, deep_gemm)
-            launched.append(recorder.reset())
-    return merge(launched)
+            launched[num_tokens] = recorder.reset()
+    return launched
 
 
 @dataclass
