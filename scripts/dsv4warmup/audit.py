@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .paths import REPO
 from .serving import FLASH, ServingConfig
+from .trees import json_from_tree
 
 GROUPS = ("spec_decode", "sparse_mla", "mhc")
 
@@ -52,17 +50,8 @@ def rows_for(cfg: ServingConfig) -> list[Row]:
 
 def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> list[Row]:
     """Audit ``tree`` in a fresh interpreter."""
-    env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
-    res = subprocess.run(
-        [sys.executable, "-m", "dsv4warmup.audit", json.dumps(cfg_overrides or {})],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if res.returncode != 0:
-        raise RuntimeError(f"audit of {tree} failed:\n{res.stderr[-4000:]}")
-    return [Row(**r) for r in json.loads(res.stdout.strip().splitlines()[-1])]
+    rows = json_from_tree(tree, "-m", "dsv4warmup.audit", json.dumps(cfg_overrides or {}))
+    return [Row(**r) for r in rows]
 
 
 def format_table(title: str, rows: list[Row]) -> str:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 from . import series as series_mod
 from . import sources, tree
-from .paths import BUILD, OVERLAY
+from .paths import BUILD, OVERLAY, REPO
 
 
 def series_digest(base: str) -> str:
@@ -45,3 +50,16 @@ def patched_tree(base: str) -> Path:
 
 def pristine_tree(base: str) -> Path:
     return _generated(f"vllm-{base}-pristine", base, patched=False)
+
+
+def json_from_tree(tree: Path, *python_args: str) -> Any:
+    """``python *python_args`` in a fresh interpreter that imports ``tree``'s
+    vLLM (and this package): its last stdout line, parsed as JSON. Two trees
+    cannot share one process."""
+    env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
+    res = subprocess.run([sys.executable, *python_args], capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        what = " ".join(python_args)[:60]
+        raise RuntimeError(f"python {what} on {tree} failed:\n{res.stderr[-4000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])

@@ -12,18 +12,12 @@ a stand-in package.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from unittest import mock
 
 import pytest
 from dsv4warmup.callsites import mhc as cs
 from dsv4warmup.serving import FLASH, PRO
 
-REPO = Path(__file__).resolve().parents[2]
 MODELS = {"flash": FLASH, "pro": PRO}
 SM_COUNTS = (132, 148)  # H100/H200, B200
 MAX_BATCHED = (2048, 8192, 16384)
@@ -287,22 +281,14 @@ sys.stdout.write("\\n" + json.dumps(out) + "\\n")
 """
 
 
-def _launched_by(tree: Path) -> dict:
-    env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
-    res = subprocess.run([sys.executable, "-c", _LAUNCHED], capture_output=True, text=True, env=env)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def test_patched_wrappers_launch_what_upstream_launches() -> None:
     # Patch 0006 moves the key choice into tilelang_dispatch; at every token
     # count the model code must launch the same factories with the same static
     # arguments as upstream 0.26.0 (TileLang's cache keys unchanged).
     from dsv4warmup import trees
 
-    pristine = _launched_by(trees.pristine_tree("0.26.0"))
-    patched = _launched_by(trees.patched_tree("0.26.0"))
+    pristine = trees.json_from_tree(trees.pristine_tree("0.26.0"), "-c", _LAUNCHED)
+    patched = trees.json_from_tree(trees.patched_tree("0.26.0"), "-c", _LAUNCHED)
     assert pristine.keys() == patched.keys()
     for combo, by_count in pristine.items():
         assert len(by_count) > 200, combo
