@@ -35,7 +35,6 @@ DeepGEMM deployment's keys.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -193,17 +192,20 @@ def _replay(cfg: Any, probe: _Probe, deep_gemm: bool) -> None:
 
 
 def child(mode: str, max_tokens: int, deep_gemm: bool) -> None:
-    import torch
+    from dsv4warmup.callsites import mhc
 
     probe = _Probe()
     probe.install()
     # The DeepGEMM deployment's mHC keys (or not), also where DeepGEMM is not
-    # installed; for the child's lifetime (a context left unreferenced would be exited
-    # as soon as it is garbage-collected).
-    from dsv4warmup.callsites import mhc
+    # installed.
+    with mhc.deep_gemm_mode(deep_gemm):
+        result = _measure(mode, max_tokens, deep_gemm, probe)
+    print("\n" + json.dumps(result))
 
-    deep_gemm_context = contextlib.ExitStack()
-    deep_gemm_context.enter_context(mhc.deep_gemm_mode(deep_gemm))
+
+def _measure(mode: str, max_tokens: int, deep_gemm: bool, probe: _Probe) -> dict[str, Any]:
+    import torch
+
     torch.zeros(1, device="cuda")  # CUDA context outside the timings
     cfg = _serving(max_tokens)
     result: dict[str, Any] = {"mode": mode, "deep_gemm": deep_gemm}
@@ -228,8 +230,7 @@ def child(mode: str, max_tokens: int, deep_gemm: bool) -> None:
         _replay(cfg, probe, deep_gemm)
         result["replay_s"] = time.perf_counter() - start
     result.update(jit=dict(probe.jit), built=dict(probe.built), calls=dict(probe.calls))
-    deep_gemm_context.close()
-    print("\n" + json.dumps(result))
+    return result
 
 
 # --- parent ------------------------------------------------------------------------

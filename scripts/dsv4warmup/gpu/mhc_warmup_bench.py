@@ -27,7 +27,6 @@ deployment); ``off`` takes the wrappers' non-DeepGEMM branch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -73,92 +72,88 @@ def _child(args: argparse.Namespace) -> dict:
     kernel_logger.addHandler(compile_log)
 
     use_deep_gemm = args.deep_gemm == "auto"
-    # Until _child returns (a context left unreferenced would be exited as soon
-    # as it is garbage-collected).
-    deep_gemm = contextlib.ExitStack()
-    deep_gemm.enter_context(cs.deep_gemm_mode(use_deep_gemm))
+    with cs.deep_gemm_mode(use_deep_gemm):
+        num_sms = device_num_sms()
+        base = PRO if args.hidden == PRO.hidden_size else FLASH.replace(hidden_size=args.hidden)
+        cfg = base.replace(
+            max_num_batched_tokens=args.max_tokens,
+            cudagraph_capture_sizes=CAPTURE_SIZES,
+            sm_count=num_sms,
+        )
+        torch.manual_seed(0)
+        models = cs.build_models(cfg, device="cuda")
+        sites = warmup.collect_mhc_call_sites([models.target, models.draft])
+        counts = warmup.mhc_warmup_token_counts(args.max_tokens, CAPTURE_SIZES)
 
-    num_sms = device_num_sms()
-    base = PRO if args.hidden == PRO.hidden_size else FLASH.replace(hidden_size=args.hidden)
-    cfg = base.replace(
-        max_num_batched_tokens=args.max_tokens,
-        cudagraph_capture_sizes=CAPTURE_SIZES,
-        sm_count=num_sms,
-    )
-    torch.manual_seed(0)
-    models = cs.build_models(cfg, device="cuda")
-    sites = warmup.collect_mhc_call_sites([models.target, models.draft])
-    counts = warmup.mhc_warmup_token_counts(args.max_tokens, CAPTURE_SIZES)
+        def keys_at(sizes) -> set:
+            return {
+                key
+                for site in sites
+                for t in sizes
+                for key in mhc_site_keys(site, t, use_deep_gemm=use_deep_gemm, num_sms=num_sms)
+            }
 
-    def keys_at(sizes) -> set:
+        runtime_keys = keys_at(counts)
+        os.environ["VLLM_TRITON_JIT_WARMUP_NUM_THREADS"] = str(args.threads)
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        if args.child == "derived":
+            warmup.deepseek_v4_mhc_warmup(
+                models.target,
+                max_tokens=args.max_tokens,
+                cudagraph_capture_sizes=list(CAPTURE_SIZES),
+                draft_model=models.draft,
+            )
+            warmed_keys = runtime_keys
+            sizes = "derived"
+        else:
+            grid = warmup._select_mhc_warmup_token_sizes(
+                max_tokens=args.max_tokens, cudagraph_capture_sizes=list(CAPTURE_SIZES)
+            )
+            with torch.inference_mode():
+                for size in grid:
+                    for bound in sites.values():
+                        try:
+                            warmup._call_site(bound, size)
+                        except RuntimeError:
+                            pass  # the broadcast pre without DeepGEMM
+            warmed_keys = keys_at(grid)
+            sizes = grid
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - begin
+        print(f"warmup done in {seconds:.1f} s", file=sys.stderr, flush=True)
+        warmup_compiles = list(compile_log.kernels)
+        compile_log.kernels.clear()
+
+        sample = sorted(set(cs.sample_token_counts(args.max_tokens)) | set(CAPTURE_SIZES))
+        sweep_begin = time.perf_counter()
+        with cs._model_stubs(), torch.inference_mode():
+            for num_tokens in sample:
+                cs._forward_all(models, num_tokens, use_deep_gemm)
+        torch.cuda.synchronize()
+        missed = sorted((key.kernel, key.static_args) for key in runtime_keys - warmed_keys)
         return {
-            key
-            for site in sites
-            for t in sizes
-            for key in mhc_site_keys(site, t, use_deep_gemm=use_deep_gemm, num_sms=num_sms)
+            "mode": args.child,
+            "cache": os.environ.get("TILELANG_CACHE_DIR"),
+            "deep_gemm": use_deep_gemm,
+            "num_sms": num_sms,
+            "hidden": args.hidden,
+            "max_tokens": args.max_tokens,
+            "threads": args.threads,
+            "import_s": round(imported, 2),
+            "warmup_s": round(seconds, 2),
+            "token_sizes": sizes,
+            "keys_warmed": len(warmed_keys & runtime_keys),
+            "keys_runtime": len(runtime_keys),
+            "compiled_in_warmup": len(warmup_compiles),
+            "compiled_kernels": sorted(set(warmup_compiles)),
+            "runtime_keys_missed": len(missed),
+            "missed": [f"{k} {dict(a)}" for k, a in missed],
+            "sweep_token_counts": len(sample),
+            "sweep_s": round(time.perf_counter() - sweep_begin, 2),
+            "compiled_in_sweep": len(compile_log.kernels),
+            "compiled_in_sweep_kernels": compile_log.kernels,
         }
-
-    runtime_keys = keys_at(counts)
-    os.environ["VLLM_TRITON_JIT_WARMUP_NUM_THREADS"] = str(args.threads)
-    torch.cuda.synchronize()
-    begin = time.perf_counter()
-    if args.child == "derived":
-        warmup.deepseek_v4_mhc_warmup(
-            models.target,
-            max_tokens=args.max_tokens,
-            cudagraph_capture_sizes=list(CAPTURE_SIZES),
-            draft_model=models.draft,
-        )
-        warmed_keys = runtime_keys
-        sizes = "derived"
-    else:
-        grid = warmup._select_mhc_warmup_token_sizes(
-            max_tokens=args.max_tokens, cudagraph_capture_sizes=list(CAPTURE_SIZES)
-        )
-        with torch.inference_mode():
-            for size in grid:
-                for bound in sites.values():
-                    try:
-                        warmup._call_site(bound, size)
-                    except RuntimeError:
-                        pass  # the broadcast pre without DeepGEMM
-        warmed_keys = keys_at(grid)
-        sizes = grid
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - begin
-    print(f"warmup done in {seconds:.1f} s", file=sys.stderr, flush=True)
-    warmup_compiles = list(compile_log.kernels)
-    compile_log.kernels.clear()
-
-    sample = sorted(set(cs.sample_token_counts(args.max_tokens)) | set(CAPTURE_SIZES))
-    sweep_begin = time.perf_counter()
-    with cs._model_stubs(), torch.inference_mode():
-        for num_tokens in sample:
-            cs._forward_all(models, num_tokens, use_deep_gemm)
-    torch.cuda.synchronize()
-    missed = sorted((key.kernel, key.static_args) for key in runtime_keys - warmed_keys)
-    return {
-        "mode": args.child,
-        "cache": os.environ.get("TILELANG_CACHE_DIR"),
-        "deep_gemm": use_deep_gemm,
-        "num_sms": num_sms,
-        "hidden": args.hidden,
-        "max_tokens": args.max_tokens,
-        "threads": args.threads,
-        "import_s": round(imported, 2),
-        "warmup_s": round(seconds, 2),
-        "token_sizes": sizes,
-        "keys_warmed": len(warmed_keys & runtime_keys),
-        "keys_runtime": len(runtime_keys),
-        "compiled_in_warmup": len(warmup_compiles),
-        "compiled_kernels": sorted(set(warmup_compiles)),
-        "runtime_keys_missed": len(missed),
-        "missed": [f"{k} {dict(a)}" for k, a in missed],
-        "sweep_token_counts": len(sample),
-        "sweep_s": round(time.perf_counter() - sweep_begin, 2),
-        "compiled_in_sweep": len(compile_log.kernels),
-        "compiled_in_sweep_kernels": compile_log.kernels,
-    }
 
 
 def _run_child(mode: str, cache: Path, args: argparse.Namespace) -> dict:
