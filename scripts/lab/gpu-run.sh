@@ -43,9 +43,13 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
 
 phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + realistic sweep (#4)
   ( lab patched; cd "$REPO" && echo "### compute-sanitizer over warmup + sweep" &&
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout ${PHASE_TIMEOUT:-900} \
-      compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
-      python3 -m pytest -p no:cacheprovider -p no:forked -m gpu -q \
+    # No --target-processes all and serial compiles: with both, the sanitizer segfaulted
+    # (H200, 2026-12-02) and its orphaned target kept the log pipe open. Caching allocator on:
+    # without it the sweep's per-step cudaMalloc/cudaFree ran memcheck out of device memory.
+    VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1 \
+      timeout -k 10 ${PHASE_TIMEOUT:-900} \
+      compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
+      python3 -m pytest -p no:cacheprovider -p no:forked -m gpu -q -s \
         tests/gpu/test_sparse_mla_gpu.py -k "${SWEEP_K:-sweep_after_warmup and flash-64k}" 2>&1 )
 }
 
