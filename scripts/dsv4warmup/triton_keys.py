@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -93,8 +94,24 @@ def record_launches() -> Iterator[list[RecordedLaunch]]:
     """Record the exact key of every ``kernel[grid](...)`` and
     ``kernel.warmup(...)`` instead of compiling or running it."""
     recorded: list[RecordedLaunch] = []
-    with _intercepted_runs(lambda *launch: recorded.append(_recorded(*launch))):
+    with (
+        _quiet_warmup_logs(),
+        _intercepted_runs(lambda *launch: recorded.append(_recorded(*launch))),
+    ):
         yield recorded
+
+
+@contextlib.contextmanager
+def _quiet_warmup_logs() -> Iterator[None]:
+    """While launches are only recorded, the warmups' "compiled N key(s)"
+    lines would be false; their warnings still show."""
+    warmup_logger = logging.getLogger("vllm.model_executor.warmup")
+    level = warmup_logger.level
+    warmup_logger.setLevel(max(logging.WARNING, level))
+    try:
+        yield
+    finally:
+        warmup_logger.setLevel(level)
 
 
 def keys_by_kernel(launches: list[RecordedLaunch]) -> dict[str, set[tuple[Any, ...]]]:
