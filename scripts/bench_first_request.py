@@ -168,7 +168,7 @@ def _replay(cfg: Any, probe: _Probe, deep_gemm: bool) -> None:
     torch.manual_seed(0)
     models = mhc.build_models(cfg, device="cuda")
     runner = sparse_mla.Runner(cfg, device="cuda")
-    batches = [*sparse_mla.scenarios(cfg), *sparse_mla.chunk_boundary_scenarios(cfg)]
+    batches = sparse_mla.sweep(cfg)
     probe.recording = True
     _log("replay: first request")
     with mhc._model_stubs(), torch.inference_mode():

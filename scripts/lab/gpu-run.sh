@@ -7,7 +7,7 @@
 # tests), sanitizer (c128a memcheck), bench (warmup costs), mhc (mHC warmup vs upstream grid),
 # first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
-# sparse-MLA warmup + sweep). Full logs go to $OUT/<phase>.log
+# sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
 # PHASE_TIMEOUT caps each phase so a batch fits one call.
 set -uo pipefail
@@ -41,7 +41,7 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
       --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 )
 }
 
-phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + realistic sweep (#4)
+phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + every runtime key (#4)
   ( lab patched; cd "$REPO" && echo "### compute-sanitizer over warmup + sweep" &&
     # No --target-processes all and serial compiles: with both, the sanitizer segfaulted
     # (H200, 2026-12-02) and its orphaned target kept the log pipe open. Caching allocator on:
@@ -50,7 +50,7 @@ phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + realistic swe
       timeout -k 10 ${PHASE_TIMEOUT:-900} \
       compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
       python3 -m pytest -p no:cacheprovider -p no:forked -m gpu -q -s \
-        tests/gpu/test_sparse_mla_gpu.py -k "${SWEEP_K:-sweep_after_warmup and flash-64k}" 2>&1 )
+        tests/gpu/test_sparse_mla_gpu.py -k "${SWEEP_K:-every_runtime_key_once and flash-64k}" 2>&1 )
 }
 
 phase_bench() {  # warmup costs, cold and warm disk caches

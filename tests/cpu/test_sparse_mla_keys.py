@@ -68,6 +68,16 @@ def test_every_runtime_key_is_warmed(name: str) -> None:
     assert len(got[C128A]) == len(warmed[C128A]) == 3
 
 
+@pytest.mark.parametrize("name", ["flash-4k", "pro-64k"])
+def test_key_witness_batches_launch_every_runtime_key(name: str) -> None:
+    """The short sweep the memcheck run uses: its batches alone, in a fresh
+    runner, launch exactly the full sweep's keys."""
+    cfg = SWEEP_CONFIGS[name]
+    witnesses = callsites.key_witness_batches(cfg)
+    assert len(witnesses) < len(callsites.sweep(cfg)) // 4
+    assert callsites.launched_keys(cfg, witnesses) == runtime(cfg)
+
+
 @pytest.mark.parametrize("name", sorted(EDGE_CONFIGS))
 def test_every_warmup_key_is_reachable(name: str) -> None:
     """The batches the combine warmup derives its keys from, run through the

@@ -64,13 +64,40 @@ def test_sweep_after_warmup_compiles_nothing(name: str) -> None:
     assert warm[COMBINE] == len(expected[COMBINE])
 
     runner = callsites.Runner(cfg, device="cuda")
-    batches = [*callsites.scenarios(cfg), *callsites.chunk_boundary_scenarios(cfg)]
+    batches = callsites.sweep(cfg)
     with callsites.no_attention_kernels("cuda"), count_compiles() as late:
         for batch in batches:
             runner.step(batch)
         torch.cuda.synchronize()
     assert late[C128A] == 0, f"{late[C128A]} C128A compiles after warmup"
     assert late[COMBINE] == 0, f"{late[COMBINE]} combine compiles after warmup"
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_runtime_key_once_after_warmup(name: str) -> None:
+    """Warmup, then one batch per runtime key (``key_witness_batches``), each
+    synchronized: every binary the sweep uses runs at least once, few enough
+    launches for compute-sanitizer (``gpu-run.sh sanitizer_sweep``), and an
+    error is reported at the batch that caused it."""
+    from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
+        deepseek_v4_sparse_mla_key_warmup,
+    )
+
+    cfg = CONFIGS[name]
+    batches = callsites.key_witness_batches(cfg)  # recorded on the meta device
+    with count_compiles() as warm:
+        deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
+    assert warm[C128A] > 0 and warm[COMBINE] > 0
+
+    runner = callsites.Runner(cfg, device="cuda")
+    baseline = torch.cuda.memory_allocated()
+    with callsites.no_attention_kernels("cuda"), count_compiles() as late:
+        for i, batch in enumerate(batches):
+            runner.step(batch)
+            torch.cuda.synchronize()
+            grown = torch.cuda.memory_allocated() - baseline
+            assert grown < 1 << 30, f"batch {i} of {len(batches)}: {grown >> 20} MiB still held"
+    assert late[C128A] == 0 and late[COMBINE] == 0, dict(late)
 
 
 def test_startup_path_runs_every_sparse_mla_warmup() -> None:

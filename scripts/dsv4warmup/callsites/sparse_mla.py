@@ -26,7 +26,7 @@ calls the other's key derivation.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -543,18 +543,46 @@ def chunk_boundary_scenarios(cfg: ServingConfig) -> Iterator[Batch]:
                         yield Batch(decodes=decodes, prefills=(long, *short, tail))
 
 
-def runtime_keys(cfg: ServingConfig) -> KeysByKernel:
-    """Exact keys the real call sites launch over the sweep."""
+def sweep(cfg: ServingConfig) -> list[Batch]:
+    """The realistic sweep, then the chunk-boundary batches."""
+    return [*scenarios(cfg), *chunk_boundary_scenarios(cfg)]
+
+
+def launched_keys(cfg: ServingConfig, batches: Iterable[Batch]) -> KeysByKernel:
+    """Exact keys the real call sites launch for ``batches``, in order."""
     from dsv4warmup.triton_keys import keys_by_kernel, record_launches
 
     runner = Runner(cfg)
     with no_attention_kernels(), record_launches() as recorded:
-        for batch in scenarios(cfg):
-            runner.step(batch)
-        for batch in chunk_boundary_scenarios(cfg):
+        for batch in batches:
             runner.step(batch)
     keys = keys_by_kernel([r for r in recorded if not r.warmup])
     return {name: keys.get(name, set()) for name in KERNELS}
+
+
+def runtime_keys(cfg: ServingConfig) -> KeysByKernel:
+    """Exact keys the real call sites launch over the sweep."""
+    return launched_keys(cfg, sweep(cfg))
+
+
+def key_witness_batches(cfg: ServingConfig) -> list[Batch]:
+    """The sweep's batches that launch a key no earlier batch launched: run
+    in order, they launch every runtime key of the sweep, each binary at least
+    once, in a fraction of the batches (for slow checkers such as memcheck)."""
+    from dsv4warmup.triton_keys import record_launches
+
+    runner = Runner(cfg)
+    seen: set[tuple[str, Any]] = set()
+    witnesses = []
+    with no_attention_kernels(), record_launches() as recorded:
+        for batch in sweep(cfg):
+            start = len(recorded)
+            runner.step(batch)
+            new = {(r.kernel, r.key) for r in recorded[start:] if not r.warmup} - seen
+            if new:
+                seen |= new
+                witnesses.append(batch)
+    return witnesses
 
 
 def witness_keys(cfg: ServingConfig) -> KeysByKernel:
@@ -564,8 +592,6 @@ def witness_keys(cfg: ServingConfig) -> KeysByKernel:
     from vllm.models.deepseek_v4.common.ops.cache_utils import (
         combine_topk_swa_chunk_witnesses,
     )
-
-    from dsv4warmup.triton_keys import keys_by_kernel, record_launches
 
     threshold = 1 + (cfg.num_speculative_tokens if cfg.speculative_method else 0)
     batches = set()
@@ -582,12 +608,7 @@ def witness_keys(cfg: ServingConfig) -> KeysByKernel:
         for w in witnesses.values():
             decodes = ((1, min(1000, cfg.max_model_len)),) * w.num_decodes
             batches.add(Batch(decodes=decodes, prefills=w.prefills))
-    runner = Runner(cfg)
-    with no_attention_kernels(), record_launches() as recorded:
-        for batch in sorted(batches, key=repr):
-            runner.step(batch)
-    keys = keys_by_kernel([r for r in recorded if not r.warmup])
-    return {name: keys.get(name, set()) for name in KERNELS}
+    return launched_keys(cfg, sorted(batches, key=repr))
 
 
 # --- warmup side ----------------------------------------------------------------

@@ -42,7 +42,7 @@ def main() -> int:
         deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
         print(f"after warmup {torch.cuda.memory_allocated() / gib:.2f} GiB")
     runner = callsites.Runner(cfg, device="cuda")
-    batches = [*callsites.scenarios(cfg), *callsites.chunk_boundary_scenarios(cfg)]
+    batches = callsites.sweep(cfg)
     print(f"{len(batches)} batches; after set-up {torch.cuda.memory_allocated() / gib:.2f} GiB")
     with callsites.no_attention_kernels("cuda"):
         for i, batch in enumerate(batches):
