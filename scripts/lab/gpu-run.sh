@@ -9,17 +9,20 @@
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
-# PHASE_TIMEOUT caps each phase so a batch fits one call.
+# PHASE_TIMEOUT caps each phase so a batch fits one call. BG_PHASES run in the background,
+# each on its own copy of the tree (LAB_SUFFIX), capped by BG_TIMEOUT; the pseudo-phase
+# wait_bg waits for them (e.g. before a timed phase).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 REPO=$(pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 lab() {  # lab NAME: environment of one tree (subshell callers only)
-  export TRITON_CACHE_DIR=/tmp/lab-$1/triton-cache TILELANG_CACHE_DIR=/tmp/lab-$1/tilelang-cache
+  local dest=/tmp/lab-$1${LAB_SUFFIX:+-$LAB_SUFFIX}  # env.sh re-unpacks the tree: one per process
+  export TRITON_CACHE_DIR=$dest/triton-cache TILELANG_CACHE_DIR=$dest/tilelang-cache
   # shellcheck disable=SC1091
-  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/full/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "/tmp/lab-$1" >/dev/null
-  export DSV4_VLLM_TREE=/tmp/lab-$1/tree
+  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/full/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "$dest" >/dev/null
+  export DSV4_VLLM_TREE=$dest/tree
 }
 
 phase_upstream() {  # UPSTREAM_TREES (default TREES) / UPSTREAM_TESTS select what runs
@@ -53,6 +56,15 @@ phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + every runtime
         tests/gpu/test_sparse_mla_gpu.py -k "${SWEEP_K:-every_runtime_key_once and flash-64k}" 2>&1 )
 }
 
+phase_sweep_memory() {  # where memory goes under memcheck (scripts/dsv4warmup/gpu/sweep_memory.py)
+  ( lab patched; cd "$REPO" && echo "### sweep memory under compute-sanitizer" &&
+    VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1 \
+      timeout -k 10 ${PHASE_TIMEOUT:-900} \
+      compute-sanitizer --tool memcheck --print-limit 20 \
+      python3 scripts/dsv4warmup/gpu/sweep_memory.py \
+        ${SWEEP_MEMORY_ARGS:---max-model-len 4096 --warmup --no-sync --every 10 --memory-fraction 0.3} 2>&1 )
+}
+
 phase_bench() {  # warmup costs, cold and warm disk caches
   ( lab patched; cd "$REPO" && echo "### Triton warmups" &&
     timeout ${PHASE_TIMEOUT:-600} python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 )
@@ -75,6 +87,12 @@ phase_first_request() {  # first-request replay, patched then pristine (#6)
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+for p in ${BG_PHASES:-}; do
+  ( export LAB_SUFFIX=$p PHASE_TIMEOUT=${BG_TIMEOUT:-${PHASE_TIMEOUT:-900}}
+    "phase_$p" > "$OUT/$p.log" 2>&1 ) &
+done
 for p in "$@"; do
+  if [ "$p" = wait_bg ]; then wait; echo "### background phases done"; continue; fi  # not in a pipe: a subshell can't wait
   "phase_$p" 2>&1 | tee "$OUT/$p.log"
 done
+wait
