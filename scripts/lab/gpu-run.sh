@@ -57,11 +57,13 @@ phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + every runtime
 }
 
 phase_sweep_memory() {  # where memory goes under memcheck (scripts/dsv4warmup/gpu/sweep_memory.py)
-  ( lab patched; cd "$REPO" && echo "### sweep memory under compute-sanitizer" &&
+  # SWEEP_MEMORY_SANITIZER=0 runs the same without the sanitizer, for comparison.
+  local wrap="compute-sanitizer --tool memcheck --print-limit 20"
+  [ "${SWEEP_MEMORY_SANITIZER:-1}" = 0 ] && wrap=""
+  ( lab patched; cd "$REPO" && echo "### sweep memory, under: ${wrap:-no sanitizer}" &&
     VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1 \
       timeout -k 10 ${PHASE_TIMEOUT:-900} \
-      compute-sanitizer --tool memcheck --print-limit 20 \
-      python3 scripts/dsv4warmup/gpu/sweep_memory.py \
+      $wrap python3 scripts/dsv4warmup/gpu/sweep_memory.py \
         ${SWEEP_MEMORY_ARGS:---max-model-len 4096 --warmup --no-sync --every 10 --memory-fraction 0.3} 2>&1 )
 }
 
