@@ -44,6 +44,13 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
       --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 )
 }
 
+# Host backtraces off: with compute-sanitizer's default --show-backtrace yes (2025.3.1) every
+# kernel launch's Python frame -- and through f_back its callers' locals -- stayed referenced
+# from outside Python, so each step's tensors were never freed and the sweep ran the H200 out
+# of memory (scripts/dsv4warmup/gpu/sweep_memory.py: 654 retained frames after 30 batches,
+# 0 with 'device'). Errors are still reported, with the kernel, address and device frames.
+SANITIZER_OPTS=${SANITIZER_OPTS---show-backtrace device}
+
 phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + every runtime key (#4)
   ( lab patched; cd "$REPO" && echo "### compute-sanitizer over warmup + sweep" &&
     # No --target-processes all and serial compiles: with both, the sanitizer segfaulted
@@ -51,14 +58,14 @@ phase_sanitizer_sweep() {  # memcheck over the sparse-MLA warmup + every runtime
     # without it the sweep's per-step cudaMalloc/cudaFree ran memcheck out of device memory.
     VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1 \
       timeout -k 10 ${PHASE_TIMEOUT:-900} \
-      compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 ${SANITIZER_OPTS:-} \
+      compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 $SANITIZER_OPTS \
       python3 -m pytest -p no:cacheprovider -p no:forked -m gpu -q -s \
         tests/gpu/test_sparse_mla_gpu.py -k "${SWEEP_K:-every_runtime_key_once and flash-64k}" 2>&1 )
 }
 
 phase_sweep_memory() {  # where memory goes under memcheck (scripts/dsv4warmup/gpu/sweep_memory.py)
   # SWEEP_MEMORY_SANITIZER=0 runs the same without the sanitizer, for comparison.
-  local wrap="compute-sanitizer --tool memcheck --print-limit 20 ${SANITIZER_OPTS:-}"
+  local wrap="compute-sanitizer --tool memcheck --print-limit 20 $SANITIZER_OPTS"
   [ "${SWEEP_MEMORY_SANITIZER:-1}" = 0 ] && wrap=""
   ( lab patched; cd "$REPO" && echo "### sweep memory, under: ${wrap:-no sanitizer}" &&
     VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1 \
