@@ -2,7 +2,8 @@
 
 The 0.25.1 series is a port (no broadcast first-layer path, no
 ``Worker.get_draft_model``); this proves its warmups still cover every key its
-own call sites produce. Runs in a subprocess: a process imports one vLLM tree.
+own call sites produce. Runs in subprocesses (a process imports one vLLM tree),
+one per test file, as many at once as there are CPUs: this is CI's longest test.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from dsv4warmup import trees
@@ -22,17 +24,26 @@ KEY_TESTS = (
 )
 
 
-@pytest.mark.slow
-def test_key_coverage_on_patched_0_25_1() -> None:
-    tree = trees.patched_tree("0.25.1")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KEY_TESTS],
+def _run_on(tree: str, repo: str, test_file: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
         cwd=repo,
-        env=dict(os.environ, DSV4_VLLM_TREE=str(tree)),
+        env=dict(os.environ, DSV4_VLLM_TREE=tree),
         capture_output=True,
         text=True,
     )
-    tail = (res.stdout + res.stderr)[-3000:]
-    assert res.returncode == 0, tail
-    assert " passed" in tail and " failed" not in tail
+
+
+@pytest.mark.slow
+def test_key_coverage_on_patched_0_25_1() -> None:
+    tree = str(trees.patched_tree("0.25.1"))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    workers = max(1, min(len(KEY_TESTS), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda f: _run_on(tree, repo, f), KEY_TESTS))
+    failures = []
+    for test_file, res in zip(KEY_TESTS, results, strict=True):
+        tail = (res.stdout + res.stderr)[-3000:]
+        if res.returncode != 0 or " passed" not in tail or " failed" in tail:
+            failures.append(f"--- {test_file} (exit {res.returncode})\n{tail}")
+    assert not failures, "\n".join(failures)
