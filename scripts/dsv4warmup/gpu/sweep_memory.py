@@ -103,8 +103,9 @@ def describe_retention(depth: int = 7) -> None:
     exceptions = [o for o in objects if isinstance(o, BaseException)]
     tracebacks = sum(isinstance(o, types.TracebackType) for o in objects)
     del objects
+    by_location = Counter(_where(fr) for fr in retained)
     print(f"  {len(retained)} frames outside the current stack; by code location:")
-    for where, n in Counter(_where(fr) for fr in retained).most_common(10):
+    for where, n in by_location.most_common(10):
         print(f"    {n:6d}  {where}")
     print(f"  {len(exceptions)} live exceptions, {tracebacks} tracebacks; by type and text:")
     for text, n in Counter(_label(e) for e in exceptions).most_common(8):
@@ -124,10 +125,10 @@ def describe_retention(depth: int = 7) -> None:
         return
     # Walk up from the most common retained location, one referrer per level
     # (the first that is not this census's own bookkeeping).
-    common = Counter(_where(fr) for fr in retained).most_common(1)[0][0]
+    common = by_location.most_common(1)[0][0]
     obj: Any = next(fr for fr in retained if _where(fr) == common)
     retained.clear()
-    own = {id(retained), id(exceptions), id(sys._getframe())}
+    own = {id(sys._getframe())}  # this frame holds obj; the lists above are emptied
     for level in range(depth):
         referrers = gc.get_referrers(obj)
         own.add(id(referrers))
@@ -208,18 +209,15 @@ def main() -> int:
                 return 1
             now = torch.cuda.memory_allocated()
             peak = torch.cuda.max_memory_allocated() / GIB
-            if (
-                i % args.every == 0
-                or peak > 4
-                or i == args.census_at
-                or (now - baseline > GIB and not described)
-            ):
+            first_growth = now - baseline > GIB and not described
+            census = i == args.census_at or first_growth
+            if i % args.every == 0 or peak > 4 or census:
                 print(
                     f"batch {i}: allocated {now / GIB:.2f} GiB, peak {peak:.2f} GiB  {batch}"[:400],
                     flush=True,
                 )
-            if i == args.census_at or (now - baseline > GIB and not described):
-                described = described or now - baseline > GIB
+            if census:
+                described = described or first_growth
                 describe_holders(live_cuda_tensors())
                 gc.collect()
                 after = torch.cuda.memory_allocated()
