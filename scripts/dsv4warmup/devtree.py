@@ -56,7 +56,7 @@ def am_series(tree: Path, series: series_mod.Series, three_way: bool = False) ->
             _git(tree, "am", "--abort", check=False)
             raise TreeError(f"git am of {patch.name} failed in {tree}: {res.stderr.strip()}")
         if patch.overlay:
-            _write(tree, {rel: (OVERLAY / rel).read_bytes() for rel in patch.overlay})
+            _write(tree, {rel: patch.overlay_bytes(rel) for rel in patch.overlay})
             _git(tree, "add", "-f", "--", *patch.overlay)
             _git(tree, "commit", "-q", "--amend", "--no-edit")
 
@@ -139,10 +139,11 @@ def regen(base: str, src: Path) -> str:
         series_lines.append(name)
         series_lines += [f"  + {p}" for p in sorted(overlay) if owner[p] == number]
     (out_dir / "series").write_text("\n".join(series_lines) + "\n")
+    root = series_mod.overlay_root(base)
     for rel, data in overlay.items():
-        dst = OVERLAY / rel
+        dst = root / rel
         if dst.is_file() and dst.read_bytes() != data:
-            print(f"note: vllm_overlay/{rel} updated from {src}")
+            print(f"note: {dst.relative_to(OVERLAY.parent)} updated from {src}")
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(data)
     write_fingerprints()
@@ -204,6 +205,7 @@ def write_fingerprints() -> None:
     known release, read from the sdists: how `make apply` recognises a tree."""
     paths: set[str] = set(series_mod.overlay_files_on_disk())
     for base in series_mod.available_bases():
+        paths.update(series_mod.overlay_files_on_disk(base))
         # Lenient: while one base is regenerated, another may lag behind.
         paths.update(series_mod.load(base, check_overlay=False).touched_files)
     table: dict[str, dict[str, str | None]] = {}

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from . import devtree, sources
 from . import series as series_mod
-from .paths import BUILD, CACHE, OVERLAY, REPO
+from .paths import BUILD, CACHE, REPO
 from .series import Patch, Series
 from .tree import TreeError
 
@@ -108,7 +108,7 @@ def _added_text(patch: Patch) -> str:
     added = [
         ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")
     ]
-    overlay = [(OVERLAY / rel).read_text(errors="replace") for rel in patch.overlay]
+    overlay = [patch.overlay_bytes(rel).decode(errors="replace") for rel in patch.overlay]
     return "\n".join(added + overlay)
 
 
@@ -119,7 +119,7 @@ def _diff_text(patch: Patch) -> str:
         if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
     ]
     return "\n".join(
-        changed + [(OVERLAY / rel).read_text(errors="replace") for rel in patch.overlay]
+        changed + [patch.overlay_bytes(rel).decode(errors="replace") for rel in patch.overlay]
     )
 
 

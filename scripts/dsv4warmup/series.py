@@ -1,10 +1,15 @@
 """The patch series of one base, and the overlay files each patch owns.
 
 ``patches/v<base>/series`` lists the ``git format-patch`` mails in order.
-A line starting with ``+`` under a patch attributes an overlay file (a path
-under ``vllm_overlay/``) to that patch: applying the series copies it into the
-tree, and the per-patch commit of ``MODE=am`` / ``make pr`` carries it.
-Every overlay file must be attributed exactly once.
+A line starting with ``+`` under a patch attributes an overlay file to that
+patch: applying the series copies it into the tree, and the per-patch commit of
+``MODE=am`` / ``make pr`` carries it. Every overlay file must be attributed
+exactly once.
+
+Overlay files live under the base's own overlay root: ``vllm_overlay/v<base>/``
+when that folder exists (0.33.0 reworked the modules our files sit beside), else
+``vllm_overlay/`` itself minus the ``v<version>/`` folders (shared by 0.25.1 and
+0.26.0).
 """
 
 from __future__ import annotations
@@ -31,10 +36,23 @@ class Hunk:
     old_len: int
 
 
+_BASE_DIR = re.compile(r"^v\d+\.\d+\.\d+$")
+
+
+def overlay_root(base: str) -> Path:
+    """Where the overlay files of ``base``'s series live."""
+    own = OVERLAY / f"v{base.removeprefix('v')}"
+    return own if own.is_dir() else OVERLAY
+
+
 @dataclass
 class Patch:
     path: Path
     overlay: list[str] = field(default_factory=list)
+    overlay_dir: Path = OVERLAY
+
+    def overlay_bytes(self, rel: str) -> bytes:
+        return (self.overlay_dir / rel).read_bytes()
 
     @property
     def name(self) -> str:
@@ -87,6 +105,13 @@ class Series:
         return [p for patch in self.patches for p in patch.overlay]
 
     @property
+    def overlay_dir(self) -> Path:
+        return overlay_root(self.base)
+
+    def overlay_bytes(self, rel: str) -> bytes:
+        return (self.overlay_dir / rel).read_bytes()
+
+    @property
     def touched_files(self) -> list[str]:
         seen: dict[str, None] = {}
         for patch in self.patches:
@@ -106,6 +131,7 @@ def load(base: str, check_overlay: bool = True) -> Series:
     if not series_file.is_file():
         have = ", ".join(available_bases()) or "none"
         raise SeriesError(f"no patch series for vLLM {base} (series exist for: {have})")
+    root = overlay_root(base)
     patches: list[Patch] = []
     for lineno, raw in enumerate(series_file.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].rstrip()
@@ -115,26 +141,33 @@ def load(base: str, check_overlay: bool = True) -> Series:
             if not patches:
                 raise SeriesError(f"{series_file}:{lineno}: overlay line before any patch")
             rel = line.lstrip()[1:].strip()
-            if not (OVERLAY / rel).is_file():
-                raise SeriesError(f"{series_file}:{lineno}: vllm_overlay/{rel} does not exist")
+            if not (root / rel).is_file():
+                shown = root.relative_to(OVERLAY.parent)
+                raise SeriesError(f"{series_file}:{lineno}: {shown}/{rel} does not exist")
             patches[-1].overlay.append(rel)
             continue
         path = directory / line.strip()
         if not path.is_file():
             raise SeriesError(f"{series_file}:{lineno}: {line.strip()} does not exist")
-        patches.append(Patch(path))
+        patches.append(Patch(path, overlay_dir=root))
     series = Series(base, patches)
     if check_overlay:
         _check_overlay_attribution(series, series_file)
     return series
 
 
-def overlay_files_on_disk() -> list[str]:
-    return sorted(
-        str(p.relative_to(OVERLAY))
-        for p in OVERLAY.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-    )
+def overlay_files_on_disk(base: str | None = None) -> list[str]:
+    """Overlay files under ``base``'s overlay root (default: the shared one)."""
+    root = overlay_root(base) if base else OVERLAY
+    out = []
+    for p in root.rglob("*"):
+        rel = p.relative_to(root)
+        if not p.is_file() or "__pycache__" in rel.parts or p.suffix == ".pyc":
+            continue
+        if root == OVERLAY and _BASE_DIR.match(rel.parts[0]):
+            continue
+        out.append(str(rel))
+    return sorted(out)
 
 
 def _check_overlay_attribution(series: Series, series_file: Path) -> None:
@@ -142,7 +175,7 @@ def _check_overlay_attribution(series: Series, series_file: Path) -> None:
     dupes = sorted({p for p in listed if listed.count(p) > 1})
     if dupes:
         raise SeriesError(f"{series_file}: overlay files listed twice: {', '.join(dupes)}")
-    missing = sorted(set(overlay_files_on_disk()) - set(listed))
+    missing = sorted(set(overlay_files_on_disk(series.base)) - set(listed))
     if missing:
         raise SeriesError(
             f"{series_file}: overlay files not attributed to any patch: {', '.join(missing)}"

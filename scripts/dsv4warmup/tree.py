@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import series as series_mod
-from .paths import OVERLAY, PATCHES
+from .paths import PATCHES
 from .series import Patch, Series
 
 FINGERPRINTS = PATCHES / "fingerprints.json"
@@ -202,14 +202,10 @@ def _explain(patch: Patch, complaint: str, reverse: bool = False) -> str:
     return f"{patch.name}: {complaint.strip()}"
 
 
-def _overlay_bytes(rel: str) -> bytes:
-    return (OVERLAY / rel).read_bytes()
-
-
 def _is_applied(tree: Path, series: Series) -> bool:
     for rel in series.overlay_files:
         f = tree / rel
-        if not f.is_file() or f.read_bytes() != _overlay_bytes(rel):
+        if not f.is_file() or f.read_bytes() != series.overlay_bytes(rel):
             return False
     with _Scratch(tree, series.touched_files) as scratch:
         return all(scratch.git_apply(p, reverse=True) is None for p in reversed(series.patches))
@@ -225,7 +221,7 @@ def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
         result = scratch.contents()
     for rel in series.overlay_files:
         f = tree / rel
-        data = _overlay_bytes(rel)
+        data = series.overlay_bytes(rel)
         if f.exists() and (not f.is_file() or f.read_bytes() != data):
             raise TreeError(f"overlay file {rel} already exists in the tree with other content")
         result[rel] = data
@@ -241,7 +237,7 @@ def plan_revert(tree: Path, series: Series) -> dict[str, bytes | None]:
         result = scratch.contents()
     for rel in series.overlay_files:
         f = tree / rel
-        if f.is_file() and f.read_bytes() != _overlay_bytes(rel):
+        if f.is_file() and f.read_bytes() != series.overlay_bytes(rel):
             raise TreeError(f"overlay file {rel} was edited in the tree; revert it by hand first")
         result[rel] = None
     return result
@@ -428,7 +424,7 @@ def apply_am(tree: Path, branch: str | None = None) -> Outcome:
                 f"git am of {patch.name} failed: {res.stderr.strip()}; {tree} is unchanged"
             )
         if patch.overlay:
-            _write(tree, {rel: _overlay_bytes(rel) for rel in patch.overlay})
+            _write(tree, {rel: patch.overlay_bytes(rel) for rel in patch.overlay})
             _git(tree, "add", "-f", "--", *patch.overlay)
             _git(tree, "commit", "--quiet", "--amend", "--no-edit", env=env)
     return Outcome(

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import series as series_mod
 from . import sources, tree
-from .paths import BUILD, OVERLAY, REPO
+from .paths import BUILD, REPO
 
 
 def series_digest(base: str) -> str:
@@ -23,7 +23,7 @@ def series_digest(base: str) -> str:
     for patch in s.patches:
         h.update(patch.path.read_bytes())
         for rel in patch.overlay:
-            h.update(rel.encode() + (OVERLAY / rel).read_bytes())
+            h.update(rel.encode() + patch.overlay_bytes(rel))
     return h.hexdigest()
 
 

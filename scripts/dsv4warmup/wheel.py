@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import series as series_mod
 from . import sources, trees
-from .paths import BUILD, OVERLAY, REPO
+from .paths import BUILD, REPO
 from .tree import FINGERPRINTS, _explain, _write, load_fingerprints
 
 DIST = REPO / "dist"
@@ -235,7 +235,7 @@ def _carries_series(root: Path, series: series_mod.Series) -> bool:
     overlay = [rel for rel in series.overlay_files if _in_wheel(rel)]
     for rel in overlay:
         f = root / rel
-        if not f.is_file() or f.read_bytes() != (OVERLAY / rel).read_bytes():
+        if not f.is_file() or f.read_bytes() != series.overlay_bytes(rel):
             return False
     if not any(_in_wheel(f) for p in series.patches for f in p.files):
         return bool(overlay)
@@ -267,7 +267,7 @@ def plan(root: Path, series: series_mod.Series, label: str) -> Plan:
         if not _in_wheel(rel):
             result.left_out.append(rel)
             continue
-        data = (OVERLAY / rel).read_bytes()
+        data = series.overlay_bytes(rel)
         f = root / rel
         if f.exists():
             if f.is_file() and f.read_bytes() == data and _carries_series(root, series):
