@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from . import series as series_mod
-from . import sources, tree
+from . import sources, toolchains, tree
 from .paths import BUILD, REPO
+from .tree import declared_version
 
 
 def series_digest(base: str) -> str:
@@ -57,7 +58,9 @@ def json_from_tree(tree: Path, *python_args: str) -> Any:
     vLLM (and this package): its last stdout line, parsed as JSON. Two trees
     cannot share one process."""
     env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "scripts")])
+    version = declared_version(tree) or ""
+    extra = [str(p) for p in toolchains.extra_python_path(version.split("+")[0])]
+    env["PYTHONPATH"] = os.pathsep.join([*extra, str(tree), str(REPO / "scripts")])
     res = subprocess.run([sys.executable, *python_args], capture_output=True, text=True, env=env)
     if res.returncode != 0:
         what = " ".join(python_args)[:60]

@@ -1,0 +1,86 @@
+"""vLLM 0.33.0's own ``VllmConfig`` for a serving configuration, built on CPU.
+
+The configuration goes through the tree's ``EngineArgs.create_engine_config``
+exactly as ``vllm serve`` flags do (same defaults, same validation errors), for
+a model folder holding only a DeepSeek V4 ``config.json`` (no weights, no
+tokenizer). The platform answers as the configured NVIDIA GPU
+(:mod:`.platform`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dsv4warmup.serving import ServingConfig
+
+from . import platform
+
+_MODEL_DIRS: dict[str, Path] = {}
+
+
+def hf_config_dict(cfg: ServingConfig) -> dict[str, Any]:
+    """A DeepSeek V4 ``config.json`` with ``cfg``'s model dimensions."""
+    from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config
+
+    hf = DeepseekV4Config(
+        architectures=["DeepseekV4ForCausalLM"],
+        hidden_size=cfg.hidden_size,
+        vocab_size=cfg.vocab_size,
+        hc_mult=cfg.hc_mult,
+        index_topk=cfg.index_topk,
+        sliding_window=cfg.sliding_window,
+        num_nextn_predict_layers=cfg.num_nextn_predict_layers,
+        rms_norm_eps=cfg.rms_norm_eps,
+        hc_eps=cfg.hc_eps,
+        hc_sinkhorn_iters=cfg.hc_sinkhorn_iters,
+    )
+    return hf.to_dict()
+
+
+def model_dir(cfg: ServingConfig) -> Path:
+    """A folder with ``cfg``'s ``config.json`` (cached per content)."""
+    data = json.dumps(hf_config_dict(cfg), sort_keys=True, default=str)
+    digest = hashlib.sha256(data.encode()).hexdigest()[:16]
+    if digest not in _MODEL_DIRS:
+        folder = Path(tempfile.mkdtemp(prefix=f"dsv4-config-{digest}-"))
+        (folder / "config.json").write_text(data)
+        _MODEL_DIRS[digest] = folder
+    return _MODEL_DIRS[digest]
+
+
+def engine_args_kwargs(cfg: ServingConfig, model: Path) -> dict[str, Any]:
+    """``cfg`` as ``EngineArgs`` keyword arguments (``vllm serve``'s names)."""
+    kwargs: dict[str, Any] = dict(
+        model=str(model),
+        tensor_parallel_size=cfg.tensor_parallel_size,
+        kv_cache_dtype=cfg.kv_cache_dtype,
+        block_size=cfg.block_size,
+        max_model_len=cfg.max_model_len,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_num_seqs=cfg.max_num_seqs,
+        skip_tokenizer_init=True,
+        load_format="dummy",
+    )
+    if cfg.speculative_method and cfg.num_speculative_tokens > 0:
+        kwargs["speculative_config"] = {
+            "method": cfg.speculative_method,
+            "num_speculative_tokens": cfg.num_speculative_tokens,
+        }
+    if cfg.cudagraph_capture_sizes is not None:
+        kwargs["compilation_config"] = {
+            "cudagraph_capture_sizes": list(cfg.cudagraph_capture_sizes)
+        }
+    return kwargs
+
+
+def vllm_config(cfg: ServingConfig, gpu: platform.Gpu = platform.H200) -> Any:
+    """The tree's ``VllmConfig`` for ``cfg``, as ``vllm serve`` would build it."""
+    platform.install(gpu)
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(**engine_args_kwargs(cfg, model_dir(cfg)))
+    return args.create_engine_config()
