@@ -290,8 +290,9 @@ def warmed_keys(
     compile_recorders: Iterable[CompileRecorder] = (),
 ) -> WarmupRun:
     """Keys the real start-up warmup of ``runner`` compiles for ``vllm_config``."""
-    from dsv4warmup import triton_keys
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    from dsv4warmup import triton_keys
 
     active = active_steps(runner)
     with registrations() as recorded:
@@ -299,8 +300,7 @@ def warmed_keys(
             register(vllm_config, runner)
     reached = [r for r in recorded if r.step in active]
     dropped = sorted(
-        {type(r.kernel).__name__ for r in recorded}
-        - {type(r.kernel).__name__ for r in reached}
+        {type(r.kernel).__name__ for r in recorded} - {type(r.kernel).__name__ for r in reached}
     )
     keys: KeysByKernel = {}
     if not vllm_config.kernel_config.enable_jit_warmup:  # kernel_warmup's gate
