@@ -38,7 +38,7 @@ status: setup
 	$(RUN) status $(TREE_ARG)
 
 audit: setup
-	$(RUN) audit $(if $(JSON),--json-out $(JSON))
+	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE)
 
 # pytest exits 5 when it collected nothing: that is a failure here.
 test: setup

@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fingerprints", help="recompute patches/fingerprints.json from the sdists")
     p = sub.add_parser("lab", help="pack pristine + patched trees for the GPU lab (.lab/trees)")
     p.add_argument("--base", default=sources.DEFAULT_BASE)
-    p = sub.add_parser("audit", help="key-coverage audit, pristine vs patched v0.26.0")
+    p = sub.add_parser("audit", help="key-coverage audit, pristine vs patched")
     p.add_argument("--json-out", type=Path, help="also write both tables as JSON here")
+    p.add_argument("--base", default=sources.DEFAULT_BASE, help="vLLM release to audit")
     p = sub.add_parser("tree", help="a fresh pristine (or --patched) tree of a base")
     p.add_argument("base")
     p.add_argument("dest", type=Path)
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "audit":
             from . import audit
 
-            return audit.cli(args.json_out)
+            return audit.cli(args.json_out, sources.check_known(args.base))
         elif args.cmd == "tree":
             dest = sources.extract(args.base, args.dest.resolve())
             if args.patched:
