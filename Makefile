@@ -84,7 +84,7 @@ pr: setup
 # scripts/lab/gpu-run.sh (BUNDLE=.lab/v033/site.tar.xz for 0.33.0); see docs/gpu-results.md.
 LAB_KIND = $(if $(filter 0.33.%,$(BASE)),v033,full)
 lab: setup .lab/$(LAB_KIND)/site.tar.xz
-	$(RUN) lab --base $(BASE)
+	$(RUN) lab --base $(BASE) $(if $(filter v033,$(LAB_KIND)),--pristine-only)
 	rm -rf .lab/gpu-lab && cp -r ../shared/gpu-lab .lab/gpu-lab
 
 .lab/%/site.tar.xz: scripts/lab/build-lab-bundle.sh
