@@ -48,6 +48,7 @@ if [ "${KIND:-full}" = v033 ]; then
     cbor2==6.3.0 pyzmq==27.3.0 msgspec==0.23.0 pybase64==1.5.1 cachetools==8.0.2
     pytest-forked==1.7.5 py==1.11.0 llguidance==1.7.6 xgrammar==0.2.6
     fastapi==0.165.0 starlette==1.10.0 partial-json-parser==0.2.1.1.post7 annotated-doc==0.0.7
+    opentelemetry-api==1.45.2
   )
 fi
 plat=()
