@@ -272,7 +272,9 @@ def _device() -> Iterator[types.ModuleType]:
     kernels = kernels_module()
     props = types.SimpleNamespace(multi_processor_count=_gpu().sm_count)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props))
+        stack.enter_context(
+            mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props)
+        )
         stack.enter_context(mock.patch.object(import_utils, "has_deep_gemm", lambda: True))
         stack.enter_context(mock.patch.object(deep_gemm, "has_deep_gemm", lambda: True))
         stack.enter_context(
@@ -344,7 +346,9 @@ def _embedding(num_embeddings: int, embedding_dim: int, *args: Any, **kwargs: An
 
     return _module(
         "Embedding",
-        lambda ids: torch.zeros(ids.shape[0], embedding_dim, dtype=torch.bfloat16, device=ids.device),
+        lambda ids: torch.zeros(
+            ids.shape[0], embedding_dim, dtype=torch.bfloat16, device=ids.device
+        ),
     )()
 
 
@@ -385,7 +389,7 @@ def _model_stubs(*, call_time: bool) -> Iterator[None]:
         (mtp, "ReplicatedLinear", lambda *a, **k: _module("Linear", lambda x: x)()),
         (mtp, "VocabParallelEmbedding", _embedding),
         (mtp, "SharedHead", _shared_head),
-        (mtp, "LogitsProcessor", lambda *a, **k: (lambda head, hidden_states: hidden_states)),
+        (mtp, "LogitsProcessor", lambda *a, **k: lambda head, hidden_states: hidden_states),
     ]
     if call_time:
         patches += [
@@ -576,3 +580,70 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
 
 def count(keys: dict[str, Any]) -> int:
     return sum(len(v) for v in keys.values())
+
+
+# --------------------------------------------------------------------------
+# One interpreter's report over several cases (run per tree by the tests)
+# --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def deep_gemm_env(enabled: bool) -> Iterator[None]:
+    """``VLLM_USE_DEEP_GEMM`` as a deployment sets it (read when the cached
+    ``is_deep_gemm_supported`` is next evaluated)."""
+    import os
+
+    previous = os.environ.get("VLLM_USE_DEEP_GEMM")
+    os.environ["VLLM_USE_DEEP_GEMM"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("VLLM_USE_DEEP_GEMM", None)
+        else:
+            os.environ["VLLM_USE_DEEP_GEMM"] = previous
+
+
+def report(cfg: ServingConfig, deep_gemm: bool) -> dict[str, Any]:
+    """Runtime keys (with witnesses) and warmed keys per runner, keys as
+    ``repr`` strings: ``{runner: {kernel: {"runtime": {key: witness},
+    "warmed": [key]}}}``."""
+    from . import engine, lifecycle
+
+    out: dict[str, Any] = {}
+    with deep_gemm_env(deep_gemm):
+        vllm_config = engine.vllm_config(cfg, gpu_for(cfg))
+        for runner in lifecycle.RUNNERS:
+            runtime = runtime_keys(cfg, runner)
+            warmed = lifecycle.warmed_keys(vllm_config, runner, [register], [record_compiles])
+            out[runner] = {
+                kernel: {
+                    "runtime": {repr(k): w for k, w in runtime.get(kernel, {}).items()},
+                    "warmed": sorted(repr(k) for k in warmed.keys.get(kernel, set())),
+                }
+                for kernel in KERNELS
+            }
+    return out
+
+
+def main(argv: list[str]) -> None:
+    """``python -m dsv4warmup.v033.mhc CASES_JSON``: CASES_JSON is a list of
+    ``{"name", "cfg": ServingConfig fields, "deep_gemm"}``; prints one JSON
+    line ``{name: report}``."""
+    import json
+    import logging
+
+    logging.disable(logging.WARNING)
+    results: dict[str, Any] = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        for case in json.loads(argv[0]):
+            fields = dict(case["cfg"])
+            for name in ("cudagraph_capture_sizes", "compress_ratios"):
+                if isinstance(fields.get(name), list):
+                    fields[name] = tuple(fields[name])
+            results[case["name"]] = report(ServingConfig(**fields), case["deep_gemm"])
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
