@@ -262,9 +262,15 @@ def _clear_caches() -> None:
 
 
 @contextlib.contextmanager
-def _device() -> Iterator[types.ModuleType]:
-    """The installed GPU's SM count, DeepGEMM installed (its GEMM a no-op),
-    and fresh caches of everything derived from them."""
+def _device(
+    prenorm_gemm: Callable[..., Any] = lambda *a, **k: None,
+    *,
+    real_gpu: bool = False,
+) -> Iterator[types.ModuleType]:
+    """The installed GPU's SM count (the real one with ``real_gpu``),
+    DeepGEMM installed (its split-k pre-norm GEMM is ``prenorm_gemm``: a no-op
+    on CPU, a torch stand-in on a GPU without DeepGEMM), and fresh caches of
+    everything derived from them."""
     import torch
     import vllm.utils.deep_gemm as deep_gemm
     from vllm.utils import import_utils
@@ -272,14 +278,13 @@ def _device() -> Iterator[types.ModuleType]:
     kernels = kernels_module()
     props = types.SimpleNamespace(multi_processor_count=_gpu().sm_count)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props)
-        )
+        if not real_gpu:
+            stack.enter_context(
+                mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props)
+            )
         stack.enter_context(mock.patch.object(import_utils, "has_deep_gemm", lambda: True))
         stack.enter_context(mock.patch.object(deep_gemm, "has_deep_gemm", lambda: True))
-        stack.enter_context(
-            mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", lambda *a, **k: None)
-        )
+        stack.enter_context(mock.patch.object(deep_gemm, "tf32_hc_prenorm_gemm", prenorm_gemm))
         _clear_caches()
         stack.callback(_clear_caches)
         yield kernels
@@ -447,11 +452,13 @@ def _build_draft(vllm_config: Any, device: str) -> Any | None:
 
 
 @contextlib.contextmanager
-def _construction(vllm_config: Any) -> Iterator[None]:
+def _construction(vllm_config: Any, **device: Any) -> Iterator[None]:
+    """What building or running the models needs: the device (``_device``
+    keywords) and the current ``VllmConfig``."""
     from vllm.config import set_current_vllm_config
 
     with (
-        _device(),
+        _device(**device),
         contextlib.redirect_stdout(sys.stderr),
         set_current_vllm_config(vllm_config),
     ):
