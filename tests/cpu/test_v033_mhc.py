@@ -205,12 +205,13 @@ def test_static_key_is_tilelang_0_1_12_phase1_key() -> None:
     """Every non-tensor parameter by name, defaults applied (0.1.12's binder
     fills defaults, unlike 0.1.9's), tensors and warmup tensors left out."""
     import torch
+    from dsv4warmup.callsites.mhc import _StubJIT
     from dsv4warmup.v033 import mhc
 
     def factory(x, y, hidden: int, n_thr: int = 128, h_blk: int = 1024):  # noqa: ANN001
         pass
 
-    stub = mhc._StubJIT(factory)
+    stub = _StubJIT(factory)
     warm = type("W", (), {"dtype": torch.float32, "shape": (1,), "stride": lambda self: (1,)})()
     key = mhc.static_key(stub, (torch.empty(2), warm, 64), {"h_blk": 256})
     assert key == (("h_blk", 256), ("hidden", 64), ("n_thr", 128))

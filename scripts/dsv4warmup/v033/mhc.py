@@ -29,6 +29,12 @@ The device is the installed platform's (:mod:`.platform`): its SM count feeds
 "installed" (vLLM's CUDA wheels vendor it); whether vLLM uses it is the tree's
 own ``is_deep_gemm_supported()`` (``VLLM_USE_DEEP_GEMM``). DeepGEMM's
 ``tf32_hc_prenorm_gemm`` is a no-op.
+
+TileLang 0.1.12 installs and imports on CPU (``pip install --no-deps --target
+DIR tilelang==0.1.12 apache-tvm-ffi==0.1.11 'z3-solver<4.15.5' ml-dtypes
+torch-c-dlpack-ext``, DIR on ``PYTHONPATH`` after Triton's): with it every key
+is checked against its binder. Without it the 0.26.0 driver's stand-in
+package is used; the key rule is the same.
 """
 
 from __future__ import annotations
@@ -36,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.machinery
-import inspect
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+from dsv4warmup.callsites.mhc import _stub_tilelang, _StubModule
 from dsv4warmup.serving import ServingConfig
 
 from . import platform
@@ -79,9 +85,8 @@ RUNTIME_TARGET_LAYERS = 3
 
 
 def real_tilelang_available() -> bool:
-    module = sys.modules.get("tilelang")
-    if module is not None:
-        return not getattr(module, "_dsv4warmup_stand_in", False)
+    if isinstance(sys.modules.get("tilelang"), _StubModule):
+        return False
     try:
         importlib.import_module("tilelang")
         importlib.import_module("tilelang.language")
@@ -90,64 +95,12 @@ def real_tilelang_available() -> bool:
     return True
 
 
-class _Placeholder:
-    """``tilelang.PassConfigKey.X`` and the like under the stand-in."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, name: str) -> _Placeholder:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder(f"{self._name}.{name}")
-
-    def __repr__(self) -> str:
-        return self._name
-
-    def __hash__(self) -> int:
-        return hash(self._name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Placeholder) and other._name == self._name
-
-
-class _StubModule(types.ModuleType):
-    _dsv4warmup_stand_in = True
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder(f"{self.__name__}.{name}")
-
-
-class _StubJIT:
-    """What ``tilelang.jit(...)(fn)`` is under the stand-in: the function and
-    its signature; calling or compiling it unrecorded is an error."""
-
-    def __init__(self, func: Callable[..., Any]) -> None:
-        self.orig_func = func
-        self.signature = inspect.signature(func)
-        self.__name__ = func.__name__
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"stand-in TileLang kernel {self.__name__} called unrecorded")
-
-    compile = __call__
-
-
 def _install_stand_in() -> None:
-    tilelang = _StubModule("tilelang")
-    language = _StubModule("tilelang.language")
-    for module in (tilelang, language):
-        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None)
-
-    def jit(func: Callable[..., Any] | None = None, **_: Any) -> Any:
-        return _StubJIT if func is None else _StubJIT(func)
-
-    tilelang.jit = jit  # type: ignore[attr-defined]
-    tilelang.language = language  # type: ignore[attr-defined]
-    sys.modules["tilelang"] = tilelang
-    sys.modules["tilelang.language"] = language
+    """The 0.26.0 driver's stand-in ``tilelang``, findable by import specs
+    (0.33.0's ``has_tilelang`` asks ``importlib.util.find_spec``)."""
+    for name, module in _stub_tilelang().items():
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules[name] = module
 
 
 def _is_tensor(value: Any) -> bool:
