@@ -1,0 +1,124 @@
+"""mHC TileLang warmup of a vLLM 0.33.0 tree on a GPU.
+
+After the real ``JitWarmupRegistry.warmup()`` over the registrations the runner
+collects (the target model built inside an active registry, as both runners'
+``load_model`` does; the MTP draft built outside it, as the drafter's
+``load_model`` is), the DeepSeek V4 CUDA forward passes -- target and MTP draft,
+real model code with attention and MoE stubbed -- compile nothing at any token
+count up to max_num_batched_tokens. A fresh key compiles in the same test (the
+counter works). vLLM's own mHC tests (TileLang against torch references) pass.
+
+Needs the tree's pinned TileLang (0.1.12) on the GPU machine; without DeepGEMM
+there, its split-k pre-norm GEMM runs as a torch stand-in (the TileLang keys it
+leads to are the DeepGEMM deployment's). ``DSV4_VLLM_TREE`` names the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.forked]
+
+MAX_TOKENS = 2048
+
+
+def _need_cuda() -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("tilelang")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
+def _tree() -> Path:
+    return Path(os.environ["DSV4_VLLM_TREE"])
+
+
+@contextmanager
+def count_compiles() -> Iterator[list[str]]:
+    """Every TileLang compile (``JITImpl.compile``: a call's cache miss and
+    ``compile_tilelang`` alike), by factory name."""
+    from tilelang.jit import JITImpl
+
+    compiled: list[str] = []
+    real_compile = JITImpl.compile
+
+    def compile_and_count(self, *args, **kwargs):
+        compiled.append(self.func.orig_func.__name__)
+        return real_compile(self, *args, **kwargs)
+
+    with mock.patch.object(JITImpl, "compile", compile_and_count):
+        yield compiled
+
+
+@pytest.mark.parametrize("deep_gemm", [True, False], ids=["deep-gemm", "tilelang-gemm"])
+def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> None:
+    _need_cuda()
+    import torch
+    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
+    from dsv4warmup.serving import FLASH
+    from dsv4warmup.v033 import engine, mhc
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sm_count)
+    with mhc.deep_gemm_env(deep_gemm):
+        vllm_config = engine.vllm_config(cfg, mhc.gpu_for(cfg))
+        registry = JitWarmupRegistry(vllm_config)
+        with mhc._construction(vllm_config, prenorm_gemm=torch_tf32_hc_prenorm_gemm, real_gpu=True):
+            with mhc._model_stubs(call_time=False):
+                with registry.activate():
+                    target = mhc._build_target(vllm_config, "cuda", mhc.RUNTIME_TARGET_LAYERS)
+                draft = mhc._build_draft(vllm_config, "cuda")
+            with torch.no_grad():
+                for model in (target, draft):
+                    for param in model.parameters():
+                        param.normal_(0.0, 0.01)
+            target.finalize_mhc_broadcast_weights()
+            models = mhc.Models(target, draft)
+
+            with count_compiles() as warmup_compiles:
+                registry.warmup()
+            assert warmup_compiles, "the registry compiled nothing"
+
+            with count_compiles() as compiled, mhc._model_stubs(call_time=True):
+                with torch.inference_mode():
+                    for num_tokens in range(1, MAX_TOKENS + 1):
+                        mhc.forward_all(models, num_tokens)
+                torch.cuda.synchronize()
+                assert compiled == [], sorted(set(compiled))
+
+                # Positive control: a hidden size no layer has is a new key.
+                from vllm.model_executor.kernels.mhc.tilelang import mhc_post_tilelang
+
+                hidden = 2048
+                x = torch.randn(3, hidden, device="cuda", dtype=torch.bfloat16)
+                residual = torch.randn(3, 4, hidden, device="cuda", dtype=torch.bfloat16)
+                post = torch.rand(3, 4, 1, device="cuda")
+                comb = torch.rand(3, 4, 4, device="cuda")
+                mhc_post_tilelang(x, residual, post, comb)
+                torch.cuda.synchronize()
+            assert compiled == ["mhc_post_tilelang"]
+
+
+def test_vllm_mhc_tests_pass() -> None:
+    """vLLM's tests/kernels/mhc/ (TileLang kernels against torch references,
+    dispatch and compile-only warmup, the new every-token-count key test)."""
+    _need_cuda()
+    tree = _tree()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--noconftest", "-q", "-rf", "-p", "no:cacheprovider"]
+        + [str(tree / "tests/kernels/mhc")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
