@@ -40,9 +40,12 @@ status: setup
 audit: setup
 	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE)
 
-# pytest exits 5 when it collected nothing: that is a failure here.
+# pytest exits 5 when it collected nothing: that is a failure here. Test files
+# are spread over TEST_WORKERS processes, each file whole (its fixtures run once).
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q tests; rc=$$?; [ $$rc -ne 5 ] || echo "error: no tests collected" >&2; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
+	  [ $$rc -ne 5 ] || echo "error: no tests collected" >&2; \
 	  [ $$rc -ne 5 ] && exit $$rc || exit 1
 
 test-gpu: setup
