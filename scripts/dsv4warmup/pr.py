@@ -95,12 +95,13 @@ def message(patch: Patch) -> tuple[str, str, list[str]]:
     return patch.subject, "\n".join(lines).strip(), trailers
 
 
-def pr_slug(patch: Patch) -> str:
+def pr_slug(patch: Patch) -> tuple[str, str | None]:
+    """The PR a patch belongs to: ``PR: <slug> [title]`` trailer, else its own."""
     for line in message(patch)[2]:
-        m = re.match(r"^PR:\s*([a-z0-9][a-z0-9._-]*)\s*$", line)
+        m = re.match(r"^PR:\s*([a-z0-9][a-z0-9._-]*)(?:\s+(\S.*?))?\s*$", line)
         if m:
-            return m.group(1)
-    return number_and_slug(patch)[1]
+            return m.group(1), m.group(2)
+    return number_and_slug(patch)[1], None
 
 
 # --------------------------------------------------------------------------
@@ -497,6 +498,8 @@ class PullRequest:
     tests: list[str] = field(default_factory=list)
     touches_outputs: list[str] = field(default_factory=list)
     body: str = ""
+    given_title: str | None = None
+    identifiers: set[str] = field(default_factory=set)
 
     @property
     def patch(self) -> Patch:
@@ -504,7 +507,9 @@ class PullRequest:
 
     @property
     def title(self) -> str:
-        return self.patches[0].subject
+        """The trailer's title, else the subject of its last patch (in a group
+        of patches, the one that completes the change)."""
+        return self.given_title or self.patches[-1].subject
 
     @property
     def files(self) -> list[str]:
@@ -516,10 +521,11 @@ def group(patches: list[Patch]) -> list[PullRequest]:
     prs: dict[str, PullRequest] = {}
     for patch in patches:
         number, _ = number_and_slug(patch)
-        slug = pr_slug(patch)
+        slug, title = pr_slug(patch)
         if slug not in prs:
             prs[slug] = PullRequest(slug, number, [], f"dsv4-warmup/{slug}")
         prs[slug].patches.append(patch)
+        prs[slug].given_title = prs[slug].given_title or title
     return list(prs.values())
 
 
@@ -645,6 +651,19 @@ def export(
                 )
                 if found.returncode != 0:
                     fresh.add(name)
+        tooling = {d.name for d in (REPO / "scripts").iterdir() if (d / "__init__.py").is_file()}
+        for patch, f in zip(series.patches, facts, strict=True):
+            shortest: dict[tuple[str, int], str] = {}
+            for mod, sites in f.uses.imports.items():
+                if mod.split(".")[0] in tooling:
+                    for site in sites:
+                        if site not in shortest or len(mod) < len(shortest[site]):
+                            shortest[site] = mod
+            for (path, line), mod in sorted(shortest.items()):
+                errors.append(
+                    f"{patch.name}: {path}:{line}: imports {mod}, this repository's "
+                    "tooling, which is not part of vLLM"
+                )
         hard: dict[str, dict[str, list[str]]] = {}
         for i, patch in enumerate(series.patches):
             hard[patch.name] = {}
@@ -676,6 +695,12 @@ def export(
             k = order[pr.slug]
             for patch in pr.patches:
                 f = facts[index[patch.name]]
+                pr.identifiers |= (
+                    {n for _, n in f.defines}
+                    | {n for _, n in f.uses.refs}
+                    | set(f.uses.attrs)
+                    | {m.rsplit(".", 1)[-1] for m in f.uses.imports}
+                )
                 for ref, (path, d) in sorted(f.defines.items()):
                     if ref in f.exempt:
                         continue
@@ -729,6 +754,15 @@ def export(
                     if n == len(set(map(frozenset, choices))) - 1:
                         errors.append(f"{pr.patches[0].name}: its PR branch does not build: {e}")
                     continue
+                for slug in set(chosen) - set(choices[0]):
+                    shared = sorted(
+                        {f for p in prs[order[slug]].patches for f in p.files}
+                        & {f for q in pr.patches for f in q.files}
+                    )
+                    if shared:
+                        pr.reasons.setdefault(slug, []).append(
+                            f"its hunks in {', '.join(shared)} do not apply without it"
+                        )
                 pr_deps[pr.slug] = set(chosen)
                 built = True
                 break
@@ -758,6 +792,7 @@ def export(
                     messages=[message(p)[:2] for p in pr.patches],
                     files=pr.files,
                     diff="\n".join(_diff_text(p) for p in pr.patches),
+                    identifiers=pr.identifiers,
                     depends=[
                         (numbers[d.slug], d.title, d.branch, pr.reasons.get(d.slug, []))
                         for d in pr.deps
@@ -830,10 +865,9 @@ def run_checks(
             for line in r.new_lines:
                 rel = _file_of(line, r.files)
                 patch = _owner(pr, rel)
-                errors.append(
-                    f"{patch.name}: {rel or '(all files)'}: {r.hook.id}: {line.strip()[:300]}"
-                )
-        elif r.status == "not run" and r.detail != "skipped (SKIP)":
+                text = pr_hooks.plain(line).strip()[:300]
+                errors.append(f"{patch.name}: {rel or '(all files)'}: {r.hook.id}: {text}")
+        elif r.status == "not run" and r.detail not in ("skipped (SKIP)", "only prints a message"):
             print(f"warning: {pr.slug}: hook {r.hook.id} not run: {r.detail}", file=sys.stderr)
 
     py = [f for f in files if f.endswith((".py", ".pyi"))]

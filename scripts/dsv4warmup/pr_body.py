@@ -52,20 +52,37 @@ KERNELS = (
     "MTPSharedHeadRMSNormKernel",
 )
 
-# Topics: which related work and which measured rows belong to a PR. A PR has
-# a topic when its diff or its files name one of the words.
-TOPICS: dict[str, tuple[str, ...]] = {
-    "c128a": ("c128a", "C128A"),
-    "sparse-mla": ("sparse_mla", "sparse-mla", "sparse-MLA", "combine_topk_swa", "c128a", "C128A"),
-    "spec-decode": ("spec_decode", "spec-decode", "eagle", "mtp_shared_head", "MTPSharedHead"),
-    "mhc": ("mhc", "mHC", "hc_head", "tilelang"),
-    "prewarm": ("deepseek_v4_warmup", "pre-warm", "prewarm"),
-    "sentinel": ("jit_sentinel", "JIT_SENTINEL", "jit_monitor"),
-}
+
+# Topics: which related work and which measured rows belong to a PR, from the
+# identifiers its code defines and uses (never from prose) and its file paths.
+def topics_of(identifiers: set[str], files: list[str]) -> set[str]:
+    names = {i.lower() for i in identifiers}
+    paths = " ".join(files)
+    out: set[str] = set()
+    if any("c128a" in n for n in names):
+        out.add("c128a")
+    if any("combine_topk_swa" in n for n in names) or any(
+        "c128a" in n and "warmup" in n for n in names
+    ):
+        out.add("sparse-mla")
+    if (
+        any(w in n for n in names for w in ("eagle", "mtp_shared_head", "spec_decode"))
+        or "spec_decode" in paths
+    ):
+        out.add("spec-decode")
+    if any(n.startswith("mhc") or "_mhc" in n or "hc_head" in n for n in names) or "/mhc/" in paths:
+        out.add("mhc")
+    if "deepseek_v4_warmup.py" in paths:
+        out.add("prewarm")
+    if any("sentinel" in n or "jit_monitor" in n for n in names):
+        out.add("sentinel")
+    return out
+
+
 # Words a docs/gpu-results.md row or heading uses for each topic.
 RESULT_WORDS: dict[str, tuple[str, ...]] = {
     "c128a": ("c128a",),
-    "sparse-mla": ("sparse-mla", "sparse_mla", "c128a", "combine"),
+    "sparse-mla": ("sparse-mla", "sparse_mla", "combine"),
     "spec-decode": ("spec_decode", "spec-decode", "eagle", "mtp rmsnorm", "_mtp_shared_head"),
     "mhc": ("mhc",),
     "prewarm": ("pre-warm", "prewarm", "warm()"),
@@ -221,6 +238,7 @@ class BodyInput:
     messages: list[tuple[str, str]]  # (subject, body) of each of the PR's commits
     files: list[str]
     diff: str  # changed lines + overlay files: what the PR's code names
+    identifiers: set[str]  # names its code defines and uses (AST): its topics
     depends: list[tuple[str, str, str, list[str]]]  # (number, title, branch, reasons)
     checks: list[CheckLine]
     not_applicable: list[str]  # hooks with no matching files
@@ -229,11 +247,6 @@ class BodyInput:
     tests: list[str] = field(default_factory=list)  # vLLM tests for the submitter to rerun
     touches_outputs: list[str] = field(default_factory=list)  # kernels / launchers changed
     upstream_base: bool = True
-
-
-def topics_of(diff: str, files: list[str]) -> set[str]:
-    text = diff + "\n" + "\n".join(files)
-    return {t for t, words in TOPICS.items() if any(w in text for w in words)}
 
 
 # --------------------------------------------------------------------------
@@ -309,23 +322,26 @@ def measured(
             sections.append((title, body))
     rows: list[str] = []
     outputs: list[str] = []
-    header: list[str] = []
-    for line in text.splitlines():
+    table: list[str] = []  # header (+ separator) of the table being read
+    picked: list[str] = []  # its rows that name us
+
+    def close() -> None:
+        if picked:
+            rows.extend([*([""] if rows else []), *table, *picked])
+        picked.clear()
+
+    for line in [*text.splitlines(), ""]:
         if not line.startswith("|"):
-            header = []
+            close()
+            table = []
             continue
-        if not header:
-            header = [line]
-            continue
-        if re.match(r"^\|[\s:|-]+\|$", line):
-            header.append(line)
+        if not table or (len(table) == 1 and re.match(r"^\|[\s:|-]+\|$", line)):
+            table.append(line)
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         first = cells[0] if cells else ""
         if names_us(first) or any(k in line for k in kernels):
-            if not rows or rows[0] != header[0]:
-                rows += [*header[:2]] if not rows else []
-            rows.append(line)
+            picked.append(line)
             if re.search(r"identical|unchanged|= ?reference|= torch|match", line, re.I):
                 outputs.append(line)
     for line in text.splitlines():
@@ -433,17 +449,27 @@ _STATUS = {
 }
 
 
+def _files_var(b: BodyInput) -> tuple[str, str]:
+    """(``FILES=...`` line, the file list it stands for)."""
+    joined = " ".join(b.files)
+    return f'FILES="{joined}"', joined
+
+
 def plan_block(b: BodyInput) -> str:
     ran = [c for c in b.checks if c.status != "not run"]
     skipped = [c for c in b.checks if c.status == "not run"]
+    files_line, joined = _files_var(b)
+    commands = [c.command.replace(joined, "$FILES") for c in ran]
     out = [
         f"Run by `make pr` (dsv4-warmup tooling) in a git copy of vLLM v{b.base} with this "
         "branch checked out, on the files this PR changes. Each hook is the one the tree's "
         "`.pre-commit-config.yaml` defines (stage `pre-commit`), run directly with its own "
-        "arguments: pre-commit itself cannot fetch hook repositories there.",
+        "arguments: pre-commit itself cannot fetch hook repositories there. Results under "
+        "Test Result.",
         "",
         "```bash",
-        *[c.command for c in ran],
+        *([files_line] if any("$FILES" in c for c in commands) else []),
+        *commands,
         "```",
     ]
     if skipped:
@@ -457,17 +483,22 @@ def plan_block(b: BodyInput) -> str:
     return "\n".join(out)
 
 
+def _row_text(line: str) -> str:
+    if not line.startswith("|"):
+        return line.strip()
+    return " | ".join(c.strip() for c in line.strip().strip("|").split("|"))
+
+
 def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
     head = "#" * level
-    out = ["| check | command | result |", "|---|---|---|"]
+    out = ["| check | result |", "|---|---|"]
     for c in b.checks:
         status = _STATUS.get(c.status, c.status)
         if c.status == "not run":
             status += f": {c.detail}"
-        elif c.detail and c.status != "passed":
+        elif c.detail:
             status += f" ({c.detail})"
-        cmd = c.command if len(c.command) <= 90 else c.command[:87] + "..."
-        out.append(f"| `{c.name}` | `{cmd}` | {status} |")
+        out.append(f"| `{c.name}` | {status} |")
     out += [""]
     if m is None:
         out.append(
@@ -503,7 +534,7 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
         ]
         if m and m.outputs:
             out += ["Measured evidence that outputs are unchanged on valid input:", ""]
-            out += [f"- {line.strip()}" if not line.startswith("|") else line for line in m.outputs]
+            out += [f"- {_row_text(line)}" for line in m.outputs]
         else:
             out.append(
                 "**Not yet shown** that outputs are unchanged on valid input: measure it (and a "
@@ -572,7 +603,7 @@ def template_headings(template: str) -> list[str]:
 
 
 def render(b: BodyInput, template: str, results: Path) -> str:
-    topics = topics_of(b.diff, b.files)
+    topics = topics_of(b.identifiers, b.files)
     m = measured(results, b.base, [s for s, _ in b.messages], b.numbers, b.slug, b.diff, topics)
     heads = template_headings(template)
     if "Overview" in heads and "Validation" in heads:  # vLLM 0.27+

@@ -53,6 +53,22 @@ PYPI_HOOKS = {
 # ruff is run by pr.py itself (its own blame logic for format / lint codes).
 RUFF_REPO = "astral-sh/ruff-pre-commit"
 
+# What the remote repositories' own .pre-commit-hooks.yaml say about their
+# hooks (the config only overrides them); needed to know which files a hook
+# would get without fetching the repository.
+MANIFESTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("astral-sh/ruff-pre-commit", "ruff-check"): {"types_or": ["python", "pyi", "jupyter"]},
+    ("astral-sh/ruff-pre-commit", "ruff-format"): {"types_or": ["python", "pyi", "jupyter"]},
+    ("crate-ci/typos", "typos"): {"types": ["text"], "entry": "typos"},
+    ("pre-commit/mirrors-clang-format", "clang-format"): {
+        "types_or": ["c++", "c", "cuda", "proto"],
+        "entry": "clang-format -i",
+    },
+    ("DavidAnson/markdownlint-cli2", "markdownlint-cli2"): {"types": ["markdown"]},
+    ("rhysd/actionlint", "actionlint"): {"files": r"^\.github/workflows/", "types": ["yaml"]},
+    ("astral-sh/uv-pre-commit", "pip-compile"): {"files": r"^requirements\.(in|txt)$"},
+}
+
 # identify's tags for the extensions we meet (pre-commit's `types` filter).
 _EXT_TAGS = {
     ".py": {"python"},
@@ -161,6 +177,16 @@ def load_config(tree: Path) -> Config:
         url = str(repo.get("repo", ""))
         rev = str(repo.get("rev", ""))
         for h in repo.get("hooks", []):
+            if url != "local":
+                defaults = next(
+                    (
+                        d
+                        for (suffix, hid), d in MANIFESTS.items()
+                        if url.rstrip("/").endswith(suffix) and hid == h.get("id")
+                    ),
+                    {},
+                )
+                h = {**defaults, **h}
             hooks.append(
                 Hook(
                     id=str(h.get("alias") or h["id"]) if url == "local" else str(h["id"]),
@@ -348,6 +374,11 @@ def run_hook(
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def plain(line: str) -> str:
+    """``line`` without terminal colours."""
+    return _ANSI.sub("", line)
+
+
 def normalize(line: str) -> str:
     """A hook's output line without colours, line / column numbers or counts."""
     return re.sub(r"\d+", "N", _ANSI.sub("", line)).strip()
@@ -358,7 +389,7 @@ def new_failure_lines(patched: Run, pristine: Run | None, files: list[str]) -> l
     among lines naming a checked file; a modification the pristine run did
     not make; or, when the pristine run passed, the whole failing output."""
     if pristine is None or (pristine.rc == 0 and not pristine.modified):
-        lines = [ln for ln in patched.output.splitlines() if ln.strip()]
+        lines = [plain(ln).rstrip() for ln in patched.output.splitlines() if ln.strip()]
         lines += [f"modified {m}" for m in patched.modified]
         return lines or [f"exit status {patched.rc}"]
     theirs = Counter(normalize(ln) for ln in pristine.output.splitlines())
