@@ -318,13 +318,15 @@ class HookResult:
 
 
 def _status(repo: Path) -> set[str]:
+    """Tracked files that differ from the index: what pre-commit looks at
+    (``git diff``) to tell that a hook modified files."""
     out = subprocess.run(
-        ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=all"],
+        ["git", "-C", str(repo), "diff", "--name-only", "--no-ext-diff", "--ignore-submodules"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    return {line[3:] for line in out.splitlines() if line.strip()}
+    return {line for line in out.splitlines() if line.strip()}
 
 
 def restore(repo: Path) -> None:
