@@ -857,7 +857,8 @@ def run_checks(
         return
     for r in results:
         if r.status == "no files":
-            pr.not_applicable.append(r.hook.id)
+            if r.hook.id not in pr.not_applicable:
+                pr.not_applicable.append(r.hook.id)
             continue
         detail = r.detail
         pr.checks.append(pr_body.CheckLine(r.hook.id, r.command, r.status, detail))

