@@ -629,7 +629,10 @@ def export(
         template = (
             template_file.read_text() if template_file.is_file() else pr_body.FALLBACK_TEMPLATE
         )
-        config = pr_hooks.load_config(repo)
+        try:
+            config = pr_hooks.load_config(repo)
+        except pr_hooks.HookError as e:
+            raise PrError(f"cannot read the tree's pre-commit configuration: {e}") from None
 
         series_branch = f"dsv4-warmup/v{base}"
         _git(repo, "checkout", "-q", "-b", series_branch, f"v{base}")

@@ -27,6 +27,7 @@ numbers ignored) or modifications that the pristine run does not have count.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -237,6 +238,13 @@ def pinned_rev(tree: Path, repo_suffix: str) -> str | None:
 def _pip_target(name: str, requirements: list[str]) -> Path:
     """``requirements`` installed once with pip into ``.cache/tools/<name>``."""
     target = CACHE / "tools" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one pip per target at a time
+        return _pip_install(target, requirements)
+
+
+def _pip_install(target: Path, requirements: list[str]) -> Path:
     stamp = target / ".installed"
     want = "\n".join(requirements)
     if stamp.is_file() and stamp.read_text() == want:
