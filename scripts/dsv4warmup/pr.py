@@ -770,6 +770,11 @@ def export(
                 built = True
                 break
             pr.deps = [p for p in prs if p.slug in pr_deps[pr.slug]]
+            for dep in pr.deps:  # the ones it needs only through another
+                if not pr.reasons.get(dep.slug):
+                    via = [d.number for d in pr.deps if dep.slug in pr_deps.get(d.slug, set())]
+                    if via:
+                        pr.reasons[dep.slug] = [f"needed by {', '.join(via)}"]
             if not built:
                 continue
             run_checks(repo, base, pr, config, opts, errors)

@@ -342,7 +342,11 @@ def measured(
         first = cells[0] if cells else ""
         if names_us(first) or any(k in line for k in kernels):
             picked.append(line)
-            if re.search(r"identical|unchanged|= ?reference|= torch|match", line, re.I):
+            if re.search(
+                r"identical|unchanged|= ?reference|= torch|match|exactly the [^|]*pristine",
+                line,
+                re.I,
+            ):
                 outputs.append(line)
     for line in text.splitlines():
         if (
