@@ -72,15 +72,18 @@ clean:
 
 # Patched wheel from an official one (WHEEL=path, or the official x86_64 wheel
 # of BASE, fetched and verified); no CUDA build. Output in dist/.
-# Upstream PRs: per patch a `git am` branch + PR body in build/pr/v<base>/
-# (every series, or BASE=...), after sign-off / apply / vLLM-ruff checks.
+# Upstream PRs: per PR a `git am` branch + PR body in build/pr/v<base>/ (the
+# newest series, or BASE=...), after vLLM's own pre-commit hooks (mypy, typos,
+# tools/pre_commit/*.py), the pinned ruff and the dependency / dead-code checks.
+# SIGNOFF="Name <email>" (else your git identity) signs the commits off.
 BASE_ARG = $(if $(filter command line environment,$(origin BASE)),--base $(BASE))
 .PHONY: wheel pr
 wheel: setup
 	$(RUN) wheel $(if $(WHEEL),--wheel $(WHEEL)) $(BASE_ARG)
 
 pr: setup
-	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT))
+	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT)) $(if $(SIGNOFF),--signoff "$(SIGNOFF)") \
+	  $(if $(SKIP),--skip "$(SKIP)") $(if $(AI_COAUTHOR),--coauthor "$(AI_COAUTHOR)")
 
 # GPU lab: pack BASE's pristine + patched trees into .lab/trees and build the package bundle
 # (once per kind: .lab/full for 0.25.1/0.26.0, .lab/v033 for 0.33.0) for

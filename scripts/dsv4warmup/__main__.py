@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -84,8 +85,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", type=Path, help="output folder (default dist/)")
     p = sub.add_parser("verify-wheel", help="check a wheel's RECORD (hashes, sizes, listing)")
     p.add_argument("wheels", type=Path, nargs="+")
-    p = sub.add_parser("pr", help="per patch: a git am branch and a PR body, after checks")
-    p.add_argument("--base", action="append", help="base (repeatable; default: every series)")
+    p = sub.add_parser("pr", help="per PR: a git am branch and a PR body, after vLLM's checks")
+    p.add_argument("--base", action="append", help="base (repeatable; default: the newest series)")
+    p.add_argument(
+        "--signoff",
+        default=os.environ.get("SIGNOFF") or None,
+        help='"Name <email>" who signs the commits off (default: $SIGNOFF, else git user)',
+    )
+    p.add_argument(
+        "--coauthor",
+        default=os.environ.get("AI_COAUTHOR") or pr.COAUTHOR,
+        help=f"Co-authored-by trailer for the AI assistance (default: {pr.COAUTHOR})",
+    )
+    p.add_argument(
+        "--skip",
+        default=os.environ.get("SKIP", ""),
+        help="comma-separated hook ids not to run, like pre-commit's SKIP (default: $SKIP)",
+    )
     p.add_argument("--out", type=Path, default=BUILD / "pr", help="output (default build/pr)")
     p.add_argument(
         "--results",
@@ -161,11 +177,17 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {problem}")
             return 1 if bad else 0
         elif args.cmd == "pr":
-            bases = args.base or series.available_bases()
+            bases = args.base or pr.newest_bases()
             if not bases:
                 raise series.SeriesError("no patch series exists yet")
+            opts = pr.Options(
+                signoff=args.signoff,
+                coauthor=args.coauthor,
+                skip={s.strip() for s in args.skip.split(",") if s.strip()},
+            )
+            pr.identity(opts.signoff)  # refuse before any work
             for base in bases:
-                prs = pr.export(base.removeprefix("v"), args.out.resolve(), args.results)
+                prs = pr.export(base.removeprefix("v"), args.out.resolve(), args.results, opts)
                 print(pr.summary(base.removeprefix("v"), args.out.resolve(), prs))
     except (
         tree.TreeError,

@@ -1,27 +1,42 @@
-"""Upstream PRs: for every patch of a base, a branch and a PR body.
+"""Upstream PRs: branches and PR bodies that vLLM's review would accept.
 
 ``<out>/v<base>/vllm`` is a git copy of the pristine sdist (tag ``v<base>``)
 holding the branch ``dsv4-warmup/v<base>`` (the whole series, one commit per
-patch) and, per patch, ``dsv4-warmup/<slug>``: the patch on top of the earlier
-patches it depends on, made with ``git am``. ``<out>/v<base>/<NNNN>-<slug>.md``
-is the PR body in the tree's ``.github/PULL_REQUEST_TEMPLATE.md``.
+patch) and, per PR, ``dsv4-warmup/<slug>``: the PR's patches on top of the
+earlier PRs it needs, made with ``git am``. ``<out>/v<base>/<NNNN>-<slug>.md``
+is the PR body in the tree's ``.github/PULL_REQUEST_TEMPLATE.md``
+(``pr_body.py``).
 
-A patch depends on an earlier one when it imports a module the earlier one
-adds or uses a name the earlier one defines, and, only when its hunks do not
-apply without them, on the earlier ones that edit the same files. The set is
-closed transitively and stated in the PR body.
+PRs: each patch is its own PR unless its commit message carries a trailer
+``PR: <slug>``; patches with the same slug form one PR (branch
+``dsv4-warmup/<slug>``, numbered and titled by its first patch).
 
-Nothing is written unless every check passes: each patch has a DCO
-sign-off, the series goes in with ``git am`` one patch at a time in series
-order, every PR branch builds, and the Python files each patch touches pass
-``ruff check`` and ``ruff format --check`` inside the git copy (so the tree's
-own ``pyproject.toml`` configuration applies) with the ruff version the
-tree's ``.pre-commit-config.yaml`` pins. A violation the pristine file already
-had is not blamed on the patch.
+Sign-off: commits are authored and signed off by a person, ``SIGNOFF="Name
+<email>"`` or the invoking user's git identity (``git config user.name`` /
+``user.email``); the project pseudonym ``dsv4-warmup`` is no person, so
+without either ``make pr`` refuses. The patches' own ``Signed-off-by`` /
+``From:`` lines are replaced, and an AI ``Co-authored-by:`` trailer is added
+(vLLM's AGENTS.md).
+
+Dependencies (``pr_code.py``): by AST, a patch needs an earlier one when its
+added or changed code imports a module that one adds, loads a module-level
+name that one defines (or whose signature it changes) or calls a method it
+adds; and, only when its hunks do not apply without them, the earlier PRs
+that edit the same files. A PR must not carry a new name or module that only
+a later PR uses ("dead until").
+
+Checks, per PR branch, in the git copy (``pr_hooks.py``): every hook of the
+tree's ``.pre-commit-config.yaml`` that applies to the PR's files (vLLM's
+``tools/pre_commit/*.py`` checks, mypy through ``tools/pre_commit/mypy.py``,
+typos), and ``ruff check`` / ``ruff format --check`` with the ruff version the
+tree pins. A failure the pristine tag has too is not blamed on the PR.
+Nothing is written unless every check passes; otherwise exit 1 with the patch,
+file, hook and message of each failure.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import fcntl
 import json
@@ -30,59 +45,30 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from email.header import Header
 from pathlib import Path
 
-from . import devtree, sources
+from . import devtree, pr_body, pr_code, pr_hooks, sources
 from . import series as series_mod
 from .paths import BUILD, CACHE, REPO
-from .series import Patch, Series
-from .tree import TreeError
+from .series import Patch
+from .tree import TreeError, _write
 
-ISSUE = "vllm-project/vllm#48809"
 GPU_RESULTS = REPO / "docs" / "gpu-results.md"
-
-# The model-specific JIT kernels of the upstream issue: a heading of
-# docs/gpu-results.md naming one of them belongs to the patches whose diff does.
-KERNELS = (
-    "eagle_prepare_next_token_padded_kernel",
-    "eagle_prepare_inputs_padded_kernel",
-    "eagle_step_slot_mapping_metadata_kernel",
-    "_mtp_shared_head_rmsnorm_kernel",
-    "_build_c128a_topk_metadata_kernel",
-    "_combine_topk_swa_indices_kernel",
-    "mhc_pre_big_fuse_with_norm_tilelang",
-    "mhc_pre_tilelang",
-    "mhc_pre_broadcast_tilelang",
-    "mhc_fused_post_pre_tilelang",
-    "mhc_post_tilelang",
-    "hc_head_fuse_tilelang",
-    "hc_head_fused_kernel_tilelang",
-)
-
-FALLBACK_TEMPLATE = """\
-## Purpose
-
-## Test Plan
-
-## Test Result
-"""
-SECTIONS = ("Purpose", "Test Plan", "Test Result")
-E2E_PLAN = (
-    "End to end, on the issue's DeepSeek-V4-Flash deployment (TP 4, `--kv-cache-dtype fp8`, "
-    "`--block-size 256`, MTP `num_speculative_tokens=1`): after start-up, a sweep of requests "
-    "must log no `TileLang begins to compile kernel`, no Triton first compile and no "
-    "`No available shared memory broadcast block found in 60 seconds`."
-)
+PSEUDONYM = "dsv4-warmup"
+COAUTHOR = "Claude <noreply@anthropic.com>"
+_IDENT = re.compile(r"^\s*([^<>]*[^<>\s])\s*<([^<>@\s]+@[^<>\s]+)>\s*$")
 
 
 class PrError(RuntimeError):
-    """A failed check: the message names the patch and the file."""
+    """A failed check: the message names the patch, the file and the hook."""
 
 
 # --------------------------------------------------------------------------
-# Patches: numbers, slugs, commit messages, dependencies
+# Patches: numbers, slugs, commit messages
 
 
 def number_and_slug(patch: Patch) -> tuple[str, str]:
@@ -92,99 +78,162 @@ def number_and_slug(patch: Patch) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def message(patch: Patch) -> tuple[str, str, list[str]]:
-    """Subject, body (no trailers) and Signed-off-by lines of a patch mail."""
+def _message_lines(patch: Patch) -> list[str]:
     rest = patch.text.partition("\n\n")[2]
-    msg = rest.split("\n---\n", 1)[0]
-    lines = msg.rstrip("\n").splitlines()
-    signoffs = [ln for ln in lines if re.match(r"^Signed-off-by: .+ <[^<>@\s]+@[^<>\s]+>$", ln)]
-    while lines and (re.match(r"^[A-Z][\w-]*-by: ", lines[-1]) or not lines[-1].strip()):
+    return rest.split("\n---\n", 1)[0].rstrip("\n").splitlines()
+
+
+def message(patch: Patch) -> tuple[str, str, list[str]]:
+    """Subject, body (no trailers) and trailer lines of a patch mail."""
+    lines = _message_lines(patch)
+    trailers: list[str] = []
+    while lines and (re.match(r"^[A-Z][\w-]*(-by)?: ", lines[-1]) or not lines[-1].strip()):
+        if lines[-1].strip():
+            trailers.insert(0, lines[-1])
         lines.pop()
-    return patch.subject, "\n".join(lines).strip(), signoffs
+    # A trailer block is the last paragraph; a one-line body "Foo: bar" is prose.
+    return patch.subject, "\n".join(lines).strip(), trailers
 
 
-def _added_text(patch: Patch) -> str:
-    """Lines a patch adds, and its overlay files: where its imports are."""
-    added = [
-        ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")
-    ]
-    overlay = [patch.overlay_bytes(rel).decode(errors="replace") for rel in patch.overlay]
-    return "\n".join(added + overlay)
+def pr_slug(patch: Patch) -> tuple[str, str | None]:
+    """The PR a patch belongs to: ``PR: <slug> [title]`` trailer, else its own."""
+    for line in message(patch)[2]:
+        m = re.match(r"^PR:\s*([a-z0-9][a-z0-9._-]*)(?:\s+(\S.*?))?\s*$", line)
+        if m:
+            return m.group(1), m.group(2)
+    return number_and_slug(patch)[1], None
 
 
-def _diff_text(patch: Patch) -> str:
-    changed = [
-        ln[1:]
-        for ln in patch.text.splitlines()
-        if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
-    ]
-    return "\n".join(
-        changed + [patch.overlay_bytes(rel).decode(errors="replace") for rel in patch.overlay]
+# --------------------------------------------------------------------------
+# Who signs off
+
+
+def _git_config(key: str) -> str:
+    res = subprocess.run(
+        ["git", "config", key], cwd=REPO, check=False, capture_output=True, text=True
     )
+    return res.stdout.strip()
 
 
-def _module(rel: str) -> str | None:
-    if not rel.endswith(".py"):
-        return None
-    parts = rel[:-3].split("/")
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def _is_pseudonym(name: str, email: str) -> bool:
+    return name.strip().lower() == PSEUDONYM or email.lower().startswith(PSEUDONYM + "@")
 
 
-def _imports(text: str, module: str) -> bool:
-    if re.search(rf"(?<![\w.]){re.escape(module)}(?![\w])", text):
-        return True
-    parent, _, leaf = module.rpartition(".")
-    if not parent:
-        return False
-    pattern = rf"from\s+{re.escape(parent)}\s+import\s+(\([^)]*\)|[^\n]*)"
-    return any(re.search(rf"\b{re.escape(leaf)}\b", m.group(1)) for m in re.finditer(pattern, text))
-
-
-def _defined_names(patch: Patch) -> set[str]:
-    """Functions, classes and module-level names the patch's added lines define
-    (its overlay modules are matched by import instead)."""
-    names: set[str] = set()
-    added = [
-        ln[1:] for ln in patch.text.splitlines() if ln.startswith("+") and not ln.startswith("+++")
-    ]
-    for line in added:
-        m = re.match(
-            r"\s*(?:async\s+)?(?:def|class)\s+(\w+)|([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)", line
+def identity(signoff: str | None) -> tuple[str, str]:
+    """The person who signs the commits off: ``signoff`` ("Name <email>") or
+    the user's git identity; PrError (one line, why) when there is none."""
+    if signoff:
+        m = _IDENT.match(signoff)
+        if not m:
+            raise PrError(f'SIGNOFF must read "Name <email>", not {signoff!r}')
+        if _is_pseudonym(m.group(1), m.group(2)):
+            raise PrError(
+                f"SIGNOFF {signoff!r} is the project pseudonym, not a person: "
+                'give yours, SIGNOFF="Name <email>"'
+            )
+        return m.group(1), m.group(2)
+    name, email = _git_config("user.name"), _git_config("user.email")
+    if not name or not email:
+        raise PrError(
+            "no one to sign the commits off (DCO): no git user.name / user.email; "
+            'run `make pr SIGNOFF="Your Name <you@example.com>"`'
         )
-        name = m and (m.group(1) or m.group(2))
-        if name and len(name) > 2 and not name.startswith("__"):
-            names.add(name)
-    return names
+    if _is_pseudonym(name, email):
+        raise PrError(
+            f"your git identity is the project pseudonym {name} <{email}>, which cannot give a "
+            'DCO sign-off; run `make pr SIGNOFF="Your Name <you@example.com>"`'
+        )
+    return name, email
 
 
-def direct_dependencies(series: Series) -> dict[str, tuple[set[str], set[str]]]:
-    """Per patch: (hard, textual) earlier patches. Hard: it imports a module
-    one adds, or uses a name one defines. Textual: it edits a file one edits
-    (needed only when its hunks do not apply without them)."""
-    out: dict[str, tuple[set[str], set[str]]] = {}
-    for i, patch in enumerate(series.patches):
-        text = _added_text(patch)
-        words = set(re.findall(r"\w+", text))
-        hard: set[str] = set()
-        textual: set[str] = set()
-        for earlier in series.patches[:i]:
-            modules = [m for m in map(_module, earlier.overlay) if m]
-            if any(_imports(text, m) for m in modules) or _defined_names(earlier) & words:
-                hard.add(earlier.name)
-            elif set(patch.files) & set(earlier.files):
-                textual.add(earlier.name)
-        out[patch.name] = (hard, textual)
-    return out
+def _header_name(name: str) -> str:
+    return name if name.isascii() else Header(name, "utf-8").encode()
 
 
-def closure(series: Series, direct: set[str], known: dict[str, list[Patch]]) -> list[Patch]:
-    """``direct`` and everything those need (``known``), in series order."""
-    names = set(direct)
-    for name in direct:
-        names.update(p.name for p in known[name])
-    return [p for p in series.patches if p.name in names]
+def signed_mail(patch: Patch, who: tuple[str, str], coauthor: str) -> str:
+    """The patch mail as the person sends it: ``From:`` is them, the project's
+    ``Signed-off-by`` / ``PR:`` trailers are dropped, ``Co-authored-by:`` (the
+    AI) and their ``Signed-off-by:`` close the message."""
+    text = patch.text
+    head, sep, rest = text.partition("\n\n")
+    head = re.sub(
+        r"^From: .*(?:\n[ \t].*)*$",
+        lambda _: f"From: {_header_name(who[0])} <{who[1]}>",
+        head,
+        count=1,
+        flags=re.M,
+    )
+    msg, dashes, tail = rest.partition("\n---\n")
+    lines = msg.rstrip("\n").splitlines()
+    kept: list[str] = []
+    trailer_start = len(lines)
+    while trailer_start > 0 and (
+        re.match(r"^[A-Z][\w-]*: ", lines[trailer_start - 1])
+        or not lines[trailer_start - 1].strip()
+    ):
+        trailer_start -= 1
+    kept = lines[:trailer_start]
+    trailers = [
+        ln
+        for ln in lines[trailer_start:]
+        if ln.strip() and not re.match(r"^(Signed-off-by|PR|Co-authored-by): ", ln)
+    ]
+    trailers += [f"Co-authored-by: {coauthor}", f"Signed-off-by: {who[0]} <{who[1]}>"]
+    body = "\n".join([*kept, "", *trailers]) + "\n"
+    return head + sep + body + (dashes + tail if dashes else "")
+
+
+def _git(repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    res = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if check and res.returncode != 0:
+        raise TreeError(f"git {' '.join(args)} failed in {repo}: {res.stderr.strip()}")
+    return res.stdout
+
+
+def _who_env(who: tuple[str, str]) -> dict[str, str]:
+    return {
+        "GIT_COMMITTER_NAME": who[0],
+        "GIT_COMMITTER_EMAIL": who[1],
+        "GIT_AUTHOR_NAME": who[0],
+        "GIT_AUTHOR_EMAIL": who[1],
+    }
+
+
+def am(repo: Path, patches: list[Patch], who: tuple[str, str], coauthor: str) -> None:
+    """``git am`` each patch (as the person sends it), its overlay files in the
+    same commit."""
+    env = _who_env(who)
+    with tempfile.TemporaryDirectory() as tmp:
+        for patch in patches:
+            mail = Path(tmp) / patch.name
+            mail.write_text(signed_mail(patch, who, coauthor))
+            res = subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(repo),
+                    "am",
+                    "--quiet",
+                    "--keep-cr",
+                    "--keep-non-patch",
+                    str(mail),
+                ],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "GIT_COMMITTER_NAME": who[0], "GIT_COMMITTER_EMAIL": who[1]},
+            )
+            if res.returncode != 0:
+                _git(repo, "am", "--abort", check=False)
+                raise TreeError(f"git am of {patch.name} failed: {res.stderr.strip()}")
+            if patch.overlay:
+                _write(repo, {rel: patch.overlay_bytes(rel) for rel in patch.overlay})
+                _git(repo, "add", "-f", "--", *patch.overlay)
+                _git(repo, "commit", "-q", "--amend", "--no-edit", "--no-verify", env=env)
 
 
 # --------------------------------------------------------------------------
@@ -286,8 +335,8 @@ def _formatted(ruff: str, repo: Path, rel: str, content: str) -> str:
     return res.stdout if res.stdout or not content else content
 
 
-def _added_lines(repo: Path, rev: str, rel: str) -> set[int]:
-    diff = devtree._git(repo, "diff", "-U0", f"{rev}~1", rev, "--", rel)
+def _added_lines(repo: Path, old: str, new: str, rel: str) -> set[int]:
+    diff = _git(repo, "diff", "-U0", old, new, "--", rel)
     out: set[int] = set()
     for m in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, re.MULTILINE):
         start, count = int(m.group(1)), int(m.group(2) or 1)
@@ -295,44 +344,47 @@ def _added_lines(repo: Path, rev: str, rel: str) -> set[int]:
     return out
 
 
-def style_problems(ruff: str, repo: Path, patch: Patch, rev: str = "HEAD") -> list[str]:
-    """ruff complaints that the patch (the commit ``rev`` of ``repo``) brings
-    into the Python files it touches."""
-    files = [f for f in [*patch.files, *patch.overlay] if f.endswith(".py")]
-    files = [f for f in files if (repo / f).is_file()]
+def ruff_problems(
+    ruff: str, repo: Path, files: list[str], old: str, new: str = "HEAD"
+) -> tuple[list[tuple[str, str, str]], bool, bool]:
+    """ruff complaints that ``old..new`` brings into ``files``:
+    ([(file, check, message)], check ran clean, format ran clean). A code the
+    ``old`` file already had as often, or a format difference outside the
+    changed lines of a file that was unformatted already, is not counted."""
+    files = [f for f in files if f.endswith((".py", ".pyi")) and (repo / f).is_file()]
     if not files:
-        return []
-    problems: list[str] = []
+        return [], True, True
+    problems: list[tuple[str, str, str]] = []
     check = _run([ruff, "check", "--no-cache", "--force-exclude", "--", *files], repo)
     fmt = _run([ruff, "format", "--check", "--no-cache", "--force-exclude", "--", *files], repo)
     if check.returncode == 0 and fmt.returncode == 0:
-        return []
+        return [], True, True
     for rel in files:
         now = (repo / rel).read_text()
-        prev = _run(["git", "show", f"{rev}~1:{rel}"], repo)
+        prev = _run(["git", "show", f"{old}:{rel}"], repo)
         before = prev.stdout if prev.returncode == 0 else None
 
-        found = _lint(ruff, repo, rel, now)
+        found = _lint(ruff, repo, rel, now) if check.returncode != 0 else []
         if found:
             base = (
                 Counter(str(v["code"]) for v in _lint(ruff, repo, rel, before))
                 if before
                 else Counter()
             )
-            new = Counter(str(v["code"]) for v in found) - base
+            new_codes = Counter(str(v["code"]) for v in found) - base
             for v in found:
-                if new[str(v["code"])] > 0:
+                if new_codes[str(v["code"])] > 0:
                     row = v["location"]["row"]  # type: ignore[index]
-                    problems.append(
-                        f"{patch.name}: {rel}:{row}: ruff check {v['code']} {v['message']}"
-                    )
+                    problems.append((rel, "ruff check", f"{rel}:{row}: {v['code']} {v['message']}"))
 
+        if fmt.returncode == 0:
+            continue
         formatted = _formatted(ruff, repo, rel, now)
         if formatted != now:
             if before is None or _formatted(ruff, repo, rel, before) == before:
                 ours = True
-            else:  # the pristine file is not formatted either: blame lines
-                added = _added_lines(repo, rev, rel)
+            else:  # the old file is not formatted either: blame lines
+                added = _added_lines(repo, old, new, rel)
                 sm = difflib.SequenceMatcher(
                     None, now.splitlines(), formatted.splitlines(), autojunk=False
                 )
@@ -344,86 +396,143 @@ def style_problems(ruff: str, repo: Path, patch: Patch, rev: str = "HEAD") -> li
                 }
                 ours = bool(touched & added)
             if ours:
-                problems.append(f"{patch.name}: {rel}: ruff format would reformat it")
-    return problems
+                problems.append((rel, "ruff format", f"{rel}: ruff format would reformat it"))
+    return problems, check.returncode == 0, fmt.returncode == 0
+
+
+def style_problems(ruff: str, repo: Path, patch: Patch, rev: str = "HEAD") -> list[str]:
+    """ruff complaints the commit ``rev`` (``patch``) brings into its files."""
+    problems, _, _ = ruff_problems(ruff, repo, [*patch.files, *patch.overlay], f"{rev}~1", rev)
+    return [f"{patch.name}: {msg}" for _, _, msg in problems]
 
 
 # --------------------------------------------------------------------------
-# The PR body
+# What each patch's code defines and uses
+
+
+def _show(repo: Path, rev: str, rel: str) -> str | None:
+    res = _run(["git", "show", f"{rev}:{rel}"], repo)
+    return res.stdout if res.returncode == 0 else None
+
+
+def patch_facts(repo: Path, commit: str, patch: Patch) -> pr_code.Facts:
+    changes: list[pr_code.FileChange] = []
+    for rel in dict.fromkeys([*patch.files, *patch.overlay]):
+        if not rel.endswith((".py", ".pyi")):
+            continue
+        after = _show(repo, commit, rel)
+        if after is None:
+            continue
+        before = _show(repo, f"{commit}~1", rel)
+        added = _added_lines(repo, f"{commit}~1", commit, rel) if before is not None else set()
+        changes.append(pr_code.FileChange(rel, before, after, added))
+    return pr_code.facts(changes)
+
+
+def _diff_text(patch: Patch) -> str:
+    changed = [
+        ln[1:]
+        for ln in patch.text.splitlines()
+        if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+    ]
+    return "\n".join(
+        changed + [patch.overlay_bytes(rel).decode(errors="replace") for rel in patch.overlay]
+    )
+
+
+def touched_launch_code(repo: Path, commit: str, patch: Patch) -> list[str]:
+    """Kernels (``@triton.jit`` / TileLang functions) and their launchers whose
+    code the patch changes: where outputs could change."""
+    hits: list[str] = []
+    launchers = set(pr_body.KERNELS) | {
+        k.lstrip("_").removesuffix("_kernel") for k in pr_body.KERNELS
+    }
+    for rel in patch.files:
+        if not rel.endswith(".py"):
+            continue
+        after = _show(repo, commit, rel)
+        if after is None:
+            continue
+        added = _added_lines(repo, f"{commit}~1", commit, rel)
+        removed_at = _removed_anchor_lines(repo, f"{commit}~1", commit, rel)
+        try:
+            tree = ast.parse(after)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            span = set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+            if not span & (added | removed_at):
+                continue
+            decos = " ".join(ast.unparse(d) for d in getattr(node, "decorator_list", []))
+            if (
+                re.search(r"\bjit\b|prim_func|tilelang", decos)
+                or node.name in launchers
+                or node.name in pr_body.KERNELS
+            ) and node.name not in hits:
+                hits.append(node.name)
+    return hits
+
+
+def _removed_anchor_lines(repo: Path, old: str, new: str, rel: str) -> set[int]:
+    """Lines of ``new`` where a pure deletion happened."""
+    diff = _git(repo, "diff", "-U0", old, new, "--", rel)
+    return {int(m.group(1)) or 1 for m in re.finditer(r"^@@ -\S+ \+(\d+),0 @@", diff, re.MULTILINE)}
+
+
+# --------------------------------------------------------------------------
+# PRs
 
 
 @dataclass
 class PullRequest:
-    patch: Patch
-    number: str
     slug: str
+    number: str
+    patches: list[Patch]
     branch: str
-    deps: list[Patch]
-    body: str = ""
+    deps: list[PullRequest] = field(default_factory=list)
+    reasons: dict[str, list[str]] = field(default_factory=dict)  # dep slug -> why
+    checks: list[pr_body.CheckLine] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
     tests: list[str] = field(default_factory=list)
+    touches_outputs: list[str] = field(default_factory=list)
+    body: str = ""
+    given_title: str | None = None
+    identifiers: set[str] = field(default_factory=set)
+
+    @property
+    def patch(self) -> Patch:
+        return self.patches[0]
+
+    @property
+    def title(self) -> str:
+        """The trailer's title, else the subject of its last patch (in a group
+        of patches, the one that completes the change)."""
+        return self.given_title or self.patches[-1].subject
+
+    @property
+    def files(self) -> list[str]:
+        return sorted({f for p in self.patches for f in [*p.files, *p.overlay]})
 
 
-def _sections(markdown: str) -> list[tuple[int, str, str]]:
-    """(level, heading, text incl. heading) of every section."""
-    lines = markdown.splitlines()
-    heads = [
-        (i, len(m.group(1)), m.group(2).strip())
-        for i, line in enumerate(lines)
-        if (m := re.match(r"^(#{1,6})\s+(.*)$", line))
-    ]
-    out = []
-    for k, (i, level, title) in enumerate(heads):
-        end = next((j for j, lv, _ in heads[k + 1 :] if lv <= level), len(lines))
-        out.append((i, level, title, "\n".join(lines[i:end]).strip()))
-    return [(lv, t, s) for _, lv, t, s in out]
+def group(patches: list[Patch]) -> list[PullRequest]:
+    """PRs in series order (by first patch); ``PR: <slug>`` trailers group."""
+    prs: dict[str, PullRequest] = {}
+    for patch in patches:
+        number, _ = number_and_slug(patch)
+        slug, title = pr_slug(patch)
+        if slug not in prs:
+            prs[slug] = PullRequest(slug, number, [], f"dsv4-warmup/{slug}")
+        prs[slug].patches.append(patch)
+        prs[slug].given_title = prs[slug].given_title or title
+    return list(prs.values())
 
 
-def _norm(text: str) -> str:
-    text = re.sub(r"^\s*(\[[^\]]*\]\s*)+", "", text)
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
-
-
-def measured(pr: PullRequest, results: Path) -> str | None:
-    """The sections of docs/gpu-results.md about this patch: headed by its
-    subject, its number/file name/slug, or a kernel its diff changes."""
-    if not results.is_file():
-        return None
-    diff = _diff_text(pr.patch)
-    subject = _norm(pr.patch.subject)
-    picked: list[tuple[int, str]] = []
-    for level, title, text in _sections(results.read_text()):
-        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", title))
-        kernels = [k for k in KERNELS if k in words and re.search(rf"\b{k}\b", diff)]
-        hit = (
-            (subject and subject in _norm(title))
-            or re.search(rf"\b{pr.number}\b", title)
-            or pr.slug in title
-            or pr.patch.name in title
-            or kernels
-        )
-        if hit and not any(text in t for _, t in picked):
-            picked.append((level, text))
-    if not picked:
-        return None
-    return "\n\n".join(_demote(text, 4 - level) for level, text in picked)
-
-
-def _demote(text: str, by: int) -> str:
-    """Headings nest under the body's ``## Test Result``."""
-
-    def repl(m: re.Match[str]) -> str:
-        return "#" * min(6, max(3, len(m.group(1)) + by)) + " "
-
-    return re.sub(r"^(#{1,6})\s+", repl, text, flags=re.MULTILINE)
-
-
-def upstream_tests(tree: Path, patch: Patch, limit: int = 6) -> list[str]:
-    """vLLM's own tests that import a module the patch changes (or the
-    patch's own vLLM-tree tests)."""
-    own = sorted(
-        f for f in [*patch.files, *patch.overlay] if f.startswith("tests/") and f.endswith(".py")
-    )
-    modules = [m for f in patch.files if f.startswith("vllm/") and (m := _module(f))]
+def upstream_tests(tree: Path, files: list[str], limit: int = 6) -> list[str]:
+    """vLLM's own tests that import a module the PR changes (or its own tests)."""
+    own = sorted(f for f in files if f.startswith("tests/") and f.endswith(".py"))
+    modules = [m for f in files if f.startswith("vllm/") and (m := pr_code.module_of(f))]
     hits: list[str] = []
     if modules:
         res = _run(
@@ -444,104 +553,6 @@ def upstream_tests(tree: Path, patch: Patch, limit: int = 6) -> list[str]:
     return own + hits[:limit]
 
 
-def fill_template(template: str, sections: dict[str, str]) -> str:
-    lines = template.splitlines()
-    lines = [ln for ln in lines if not ln.startswith("PLEASE FILL IN THE PR DESCRIPTION")]
-    out: list[str] = []
-    done: set[str] = set()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        m = re.match(r"^##\s+(.*?)\s*$", line)
-        if m and m.group(1) in sections:
-            out += [line, "", sections[m.group(1)].rstrip(), ""]
-            done.add(m.group(1))
-            i += 1
-            while i < len(lines) and not re.match(r"^(#{1,6}\s|---\s*$|<details>)", lines[i]):
-                i += 1
-            continue
-        out.append(line)
-        i += 1
-    missing = [s for s in SECTIONS if s not in done]
-    tail = [ln for s in missing for ln in (f"## {s}", "", sections[s].rstrip(), "")]
-    if missing:
-        cut = next((k for k, ln in enumerate(out) if re.match(r"^---\s*$", ln)), len(out))
-        out = out[:cut] + tail + out[cut:]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def render(
-    pr: PullRequest,
-    base: str,
-    template: str,
-    results: Path,
-    ruff_note: str,
-    numbers: dict[str, str],
-) -> str:
-    subject, body, _ = message(pr.patch)
-    files = sorted({*pr.patch.files, *pr.patch.overlay})
-    purpose = [body or subject, ""]
-    if "48809" not in body:
-        purpose += [
-            f"Part of the fix for {ISSUE} (DeepSeek V4 JIT kernels compiled during inference).",
-            "",
-        ]
-    if pr.deps:
-        purpose.append(
-            f"**Depends on** {len(pr.deps)} earlier patch(es) of this series; their commits are the "
-            "first commits of this branch, so merge (or review) those PRs first:"
-        )
-        purpose += [
-            f"- {numbers[d.name]} {message(d)[0]} (branch `dsv4-warmup/{number_and_slug(d)[1]}`)"
-            for d in pr.deps
-        ]
-    else:
-        purpose.append(f"**Depends on** nothing: applies on its own to vLLM v{base}.")
-    purpose += ["", "Files:", *[f"- `{f}`" for f in files]]
-
-    lint_files = " ".join(f for f in files if f.endswith(".py"))
-    plan = ["```bash", f"pre-commit run --files {lint_files}" if lint_files else "pre-commit run"]
-    if pr.tests:
-        plan.append(f"pytest -v {' '.join(pr.tests)}  # on a GPU")
-    plan += ["```", "", E2E_PLAN]
-
-    found = measured(pr, results)
-    result = [
-        f"- `git am` onto v{base}"
-        + (f" after {', '.join(numbers[d.name] for d in pr.deps)}" if pr.deps else "")
-        + ": clean.",
-        f"- `ruff check` / `ruff format --check` with the tree's configuration, {ruff_note}: clean.",
-        "",
-    ]
-    if found:
-        result += ["Measured (from dsv4-warmup `docs/gpu-results.md`):", "", found]
-    elif results.is_file():
-        result.append(
-            "GPU figures: not yet measured (no section of the results names this patch or its kernels)."
-        )
-    else:
-        result.append("GPU figures: not yet measured.")
-
-    filled = fill_template(
-        template,
-        {
-            "Purpose": "\n".join(purpose),
-            "Test Plan": "\n".join(plan),
-            "Test Result": "\n".join(result),
-        },
-    )
-    head = f"<!-- title: {subject} | branch: {pr.branch} | base: v{base} -->\n"
-    if filled.startswith("<!-- markdownlint-disable -->\n"):
-        return filled.replace(
-            "<!-- markdownlint-disable -->\n", "<!-- markdownlint-disable -->\n" + head, 1
-        )
-    return head + filled
-
-
-# --------------------------------------------------------------------------
-# The command
-
-
 def pristine_clone(base: str, dest: Path) -> Path:
     """A git copy of the pristine sdist (tag ``v<base>``) at ``dest``: a local
     clone of one made once by ``devtree.init_pristine_repo`` and kept in
@@ -560,95 +571,250 @@ def pristine_clone(base: str, dest: Path) -> Path:
         res = _run(["git", "clone", "-q", "--local", str(cached), str(dest)], root)
     if res.returncode != 0:
         raise PrError(f"cannot clone {cached}: {res.stderr.strip()}")
-    devtree._git(dest, "remote", "remove", "origin")
-    if not devtree._git(dest, "config", "user.email", check=False).strip():
-        devtree._git(dest, "config", "user.name", devtree.IDENTITY[0])
-        devtree._git(dest, "config", "user.email", devtree.IDENTITY[1])
+    _git(dest, "remote", "remove", "origin")
     return dest
 
 
-def _am(repo: Path, branch: str, base: str, patches: list[Patch]) -> None:
-    devtree._git(repo, "checkout", "-q", "-b", branch, f"v{base}")
-    devtree.am_series(repo, Series(base, patches))
+def _closure(prs: list[PullRequest], direct: set[str], known: dict[str, set[str]]) -> set[str]:
+    out = set(direct)
+    for slug in direct:
+        out |= known.get(slug, set())
+    return out
 
 
-def _branch(
-    repo: Path, branch: str, base: str, patch: Patch, choices: list[list[Patch]]
-) -> list[Patch]:
-    """Make ``branch``: ``patch`` on the first dependency set it applies on
-    (the hard dependencies alone, else with the ones it shares files with)."""
-    choices = [c for k, c in enumerate(choices) if c not in choices[:k]]
-    for k, deps in enumerate(choices):
-        try:
-            _am(repo, branch, base, [*deps, patch])
-            return deps
-        except TreeError:
-            devtree._git(repo, "checkout", "-q", "--detach", f"v{base}")
-            devtree._git(repo, "branch", "-D", branch)
-            if k == len(choices) - 1:
-                raise
-    raise AssertionError("no dependency set given")
+def _file_of(line: str, files: list[str]) -> str | None:
+    return next((f for f in sorted(files, key=len, reverse=True) if f in line), None)
 
 
-def export(base: str, out: Path, results: Path = GPU_RESULTS) -> list[PullRequest]:
+def _owner(pr: PullRequest, rel: str | None) -> Patch:
+    owners = [p for p in pr.patches if rel in [*p.files, *p.overlay]]
+    return owners[-1] if owners else pr.patches[-1]
+
+
+@dataclass
+class Options:
+    signoff: str | None = None
+    coauthor: str = COAUTHOR
+    skip: set[str] = field(default_factory=set)
+    stage: str = pr_hooks.STAGE
+
+
+def export(
+    base: str, out: Path, results: Path = GPU_RESULTS, options: Options | None = None
+) -> list[PullRequest]:
     """Check everything, then write ``out/v<base>/``; raises PrError."""
+    opts = options or Options()
+    who = identity(opts.signoff)
     series = series_mod.load(base)
     base = series.base
     dest = out / f"v{base}"
     errors: list[str] = []
-    for patch in series.patches:
-        number_and_slug(patch)
-        if not message(patch)[2]:
-            errors.append(f"{patch.name}: no Signed-off-by line (DCO); commit with `git commit -s`")
+    warnings: list[str] = []
+    prs = group(series.patches)
+    index = {p.name: i for i, p in enumerate(series.patches)}
+    pr_of = {p.name: pr for pr in prs for p in pr.patches}
+
+    def fail() -> PrError:
+        return PrError(
+            f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors)
+        )
 
     work = out / f".v{base}.tmp"
     shutil.rmtree(work, ignore_errors=True)
     try:
         repo = pristine_clone(base, work / "vllm")
+        _git(repo, "config", "user.name", who[0])
+        _git(repo, "config", "user.email", who[1])
         template_file = repo / ".github" / "PULL_REQUEST_TEMPLATE.md"
-        template = template_file.read_text() if template_file.is_file() else FALLBACK_TEMPLATE
+        template = (
+            template_file.read_text() if template_file.is_file() else pr_body.FALLBACK_TEMPLATE
+        )
+        try:
+            config = pr_hooks.load_config(repo)
+        except pr_hooks.HookError as e:
+            raise PrError(f"cannot read the tree's pre-commit configuration: {e}") from None
 
+        series_branch = f"dsv4-warmup/v{base}"
+        _git(repo, "checkout", "-q", "-b", series_branch, f"v{base}")
         try:  # the whole series, one patch at a time, in order
-            _am(repo, f"dsv4-warmup/v{base}", base, series.patches)
+            am(repo, series.patches, who, opts.coauthor)
         except TreeError as e:
             errors.append(f"the series does not apply in order: {e}")
-            raise PrError(
-                f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors)
-            ) from None
+            raise fail() from None
+        commits = _git(repo, "rev-list", "--reverse", f"v{base}..{series_branch}").split()
+        commit_of = {p.name: c for p, c in zip(series.patches, commits, strict=True)}
 
-        ruff, ruff_note = ruff_for(repo)
-        direct = direct_dependencies(series)
-        deps: dict[str, list[Patch]] = {}
-        numbers = {p.name: number_and_slug(p)[0] for p in series.patches}
-        prs: list[PullRequest] = []
-        for patch in series.patches:
-            number, slug = number_and_slug(patch)
-            hard, textual = direct[patch.name]
-            branch = f"dsv4-warmup/{slug}"
-            try:
-                deps[patch.name] = _branch(
-                    repo,
-                    branch,
-                    base,
-                    patch,
-                    [closure(series, hard, deps), closure(series, hard | textual, deps)],
+        # Code facts, dependencies, dead code.
+        facts = [patch_facts(repo, commit_of[p.name], p) for p in series.patches]
+        fresh: set[str] = set()
+        for f in facts:
+            for name in f.methods:
+                found = _run(
+                    ["git", "grep", "-q", "-w", "-e", name, f"v{base}", "--", "*.py"], repo
                 )
-            except TreeError as e:
-                errors.append(f"{patch.name}: its PR branch does not build: {e}")
-                deps[patch.name] = closure(series, hard | textual, deps)
-                continue
-            pr = PullRequest(patch, number, slug, branch, deps[patch.name])
-            errors += style_problems(ruff, repo, patch)
-            pr.tests = upstream_tests(repo, patch)
-            prs.append(pr)
-        devtree._git(repo, "checkout", "-q", f"dsv4-warmup/v{base}")
-        if errors:
-            raise PrError(
-                f"checks failed for the v{base} series, nothing written:\n  " + "\n  ".join(errors)
-            )
+                if found.returncode != 0:
+                    fresh.add(name)
+        tooling = {d.name for d in (REPO / "scripts").iterdir() if (d / "__init__.py").is_file()}
+        for patch, f in zip(series.patches, facts, strict=True):
+            shortest: dict[tuple[str, int], str] = {}
+            for mod, sites in f.uses.imports.items():
+                if mod.split(".")[0] in tooling:
+                    for site in sites:
+                        if site not in shortest or len(mod) < len(shortest[site]):
+                            shortest[site] = mod
+            for (path, line), mod in sorted(shortest.items()):
+                errors.append(
+                    f"{patch.name}: {path}:{line}: imports {mod}, this repository's "
+                    "tooling, which is not part of vLLM"
+                )
+        hard: dict[str, dict[str, list[str]]] = {}
+        for i, patch in enumerate(series.patches):
+            hard[patch.name] = {}
+            for earlier, ef in zip(series.patches[:i], facts[:i], strict=True):
+                why = pr_code.needs(facts[i], ef, fresh)
+                if why:
+                    hard[patch.name][earlier.name] = why
+        order = {pr.slug: k for k, pr in enumerate(prs)}
+        pr_deps: dict[str, set[str]] = {}
         for pr in prs:
-            pr.body = render(pr, base, template, results, ruff_note, numbers)
+            direct: set[str] = set()
+            for patch in pr.patches:
+                for dep, why in hard[patch.name].items():
+                    other = pr_of[dep]
+                    if other is pr:
+                        continue
+                    if order[other.slug] > order[pr.slug]:
+                        errors.append(
+                            f"{patch.name} (PR {pr.slug}) needs {dep} ({'; '.join(why[:2])}), "
+                            f"which is in the later PR {other.slug}: group them or reorder"
+                        )
+                        continue
+                    direct.add(other.slug)
+                    pr.reasons.setdefault(other.slug, []).extend(
+                        r for r in why if r not in pr.reasons.get(other.slug, [])
+                    )
+            pr_deps[pr.slug] = _closure(prs, direct, pr_deps)
+        for pr in prs:
+            k = order[pr.slug]
+            for patch in pr.patches:
+                f = facts[index[patch.name]]
+                pr.identifiers |= (
+                    {n for _, n in f.defines}
+                    | {n for _, n in f.uses.refs}
+                    | set(f.uses.attrs)
+                    | {m.rsplit(".", 1)[-1] for m in f.uses.imports}
+                )
+                for ref, (path, d) in sorted(f.defines.items()):
+                    if ref in f.exempt:
+                        continue
+                    users = pr_code.users_of(ref, d, path, facts)
+                    if any(order[pr_of[series.patches[u].name].slug] <= k for u in users):
+                        continue
+                    what = f"`{ref[1]}` ({d.kind} in {path})"
+                    if users:
+                        first = series.patches[min(users)].name
+                        errors.append(
+                            f"{patch.name}: {path}: {what} is dead until {first} "
+                            f"(PR {pr_of[first].slug}): move it there or group the PRs"
+                        )
+                    else:
+                        warnings.append(f"{patch.name}: {path}: {what} is used by no patch")
+                for mod in sorted(f.modules - f.entry_modules):
+                    users = pr_code.importers_of(mod, facts)
+                    if any(order[pr_of[series.patches[u].name].slug] <= k for u in users):
+                        continue
+                    if users:
+                        first = series.patches[min(users)].name
+                        errors.append(
+                            f"{patch.name}: module {mod} is dead until {first} "
+                            f"(PR {pr_of[first].slug}): move it there or group the PRs"
+                        )
+                    else:
+                        warnings.append(f"{patch.name}: module {mod} is imported by no patch")
 
+        # Branches: the PR on the PRs it needs; with the ones it shares files
+        # with only when its hunks do not apply without them.
+        for pr in prs:
+            k = order[pr.slug]
+            textual = {
+                other.slug
+                for other in prs[:k]
+                for p in other.patches
+                if set(p.files) & {f for q in pr.patches for f in q.files}
+            }
+            choices = [pr_deps[pr.slug], _closure(prs, pr_deps[pr.slug] | textual, pr_deps)]
+            built = False
+            for n, chosen in enumerate(dict.fromkeys(map(frozenset, choices))):
+                patches = [
+                    p for p in series.patches if pr_of[p.name].slug in chosen or pr_of[p.name] is pr
+                ]
+                _git(repo, "checkout", "-q", "--detach", f"v{base}")
+                _git(repo, "branch", "-D", pr.branch, check=False)
+                _git(repo, "checkout", "-q", "-b", pr.branch, f"v{base}")
+                try:
+                    am(repo, patches, who, opts.coauthor)
+                except TreeError as e:
+                    if n == len(set(map(frozenset, choices))) - 1:
+                        errors.append(f"{pr.patches[0].name}: its PR branch does not build: {e}")
+                    continue
+                for slug in set(chosen) - set(choices[0]):
+                    shared = sorted(
+                        {f for p in prs[order[slug]].patches for f in p.files}
+                        & {f for q in pr.patches for f in q.files}
+                    )
+                    if shared:
+                        pr.reasons.setdefault(slug, []).append(
+                            f"its hunks in {', '.join(shared)} do not apply without it"
+                        )
+                pr_deps[pr.slug] = set(chosen)
+                built = True
+                break
+            pr.deps = [p for p in prs if p.slug in pr_deps[pr.slug]]
+            for dep in pr.deps:  # the ones it needs only through another
+                if not pr.reasons.get(dep.slug):
+                    via = [d.number for d in pr.deps if dep.slug in pr_deps.get(d.slug, set())]
+                    if via:
+                        pr.reasons[dep.slug] = [f"needed by {', '.join(via)}"]
+            if not built:
+                continue
+            run_checks(repo, base, pr, config, opts, errors)
+            pr.tests = upstream_tests(repo, pr.files)
+            pr.touches_outputs = [
+                k for p in pr.patches for k in touched_launch_code(repo, commit_of[p.name], p)
+            ]
+        _git(repo, "checkout", "-q", series_branch)
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        if errors:
+            raise fail()
+
+        numbers = {pr.slug: pr.number for pr in prs}
+        for pr in prs:
+            pr.body = pr_body.render(
+                pr_body.BodyInput(
+                    base=base,
+                    title=pr.title,
+                    branch=pr.branch,
+                    slug=pr.slug,
+                    numbers=[number_and_slug(p)[0] for p in pr.patches],
+                    messages=[message(p)[:2] for p in pr.patches],
+                    files=pr.files,
+                    diff="\n".join(_diff_text(p) for p in pr.patches),
+                    identifiers=pr.identifiers,
+                    depends=[
+                        (numbers[d.slug], d.title, d.branch, pr.reasons.get(d.slug, []))
+                        for d in pr.deps
+                    ],
+                    checks=pr.checks,
+                    not_applicable=pr.not_applicable,
+                    submitter=f"{who[0]} <{who[1]}>",
+                    coauthor=opts.coauthor,
+                    tests=pr.tests,
+                    touches_outputs=pr.touches_outputs,
+                ),
+                template,
+                results,
+            )
         if dest.exists():
             shutil.rmtree(dest)
         work.rename(dest)
@@ -659,11 +825,115 @@ def export(base: str, out: Path, results: Path = GPU_RESULTS) -> list[PullReques
     return prs
 
 
+def run_checks(
+    repo: Path,
+    base: str,
+    pr: PullRequest,
+    config: pr_hooks.Config,
+    opts: Options,
+    errors: list[str],
+) -> None:
+    """The tree's hooks and the pinned ruff on the PR's files, on its branch
+    (checked out in ``repo``); new failures go to ``errors``."""
+    files = [f for f in pr.files if (repo / f).is_file()]
+
+    def on_pristine(fs: list[str], run):  # type: ignore[no-untyped-def]
+        present = [
+            f for f in fs if _run(["git", "cat-file", "-e", f"v{base}:{f}"], repo).returncode == 0
+        ]
+        if fs and not present:
+            return None
+        _git(repo, "checkout", "-q", "--detach", f"v{base}")
+        try:
+            return run(present)
+        finally:
+            pr_hooks.restore(repo)
+            _git(repo, "checkout", "-q", pr.branch)
+
+    try:
+        results = pr_hooks.check(
+            repo,
+            config,
+            files,
+            on_pristine,
+            opts.skip,
+            opts.stage,
+            {"MYPY_CACHE_DIR": str(CACHE / "tools" / f"mypy-cache-v{base}")},
+        )
+    except pr_hooks.HookError as e:
+        errors.append(f"{pr.patches[0].name}: cannot run the tree's hooks: {e}")
+        return
+    for r in results:
+        if r.status == "no files":
+            if r.hook.id not in pr.not_applicable:
+                pr.not_applicable.append(r.hook.id)
+            continue
+        detail = r.detail
+        pr.checks.append(pr_body.CheckLine(r.hook.id, r.command, r.status, detail))
+        if r.status == "failed":
+            for line in r.new_lines:
+                rel = _file_of(line, r.files)
+                patch = _owner(pr, rel)
+                text = pr_hooks.plain(line).strip()[:300]
+                errors.append(f"{patch.name}: {rel or '(all files)'}: {r.hook.id}: {text}")
+        elif r.status == "not run" and r.detail not in ("skipped (SKIP)", "only prints a message"):
+            print(f"warning: {pr.slug}: hook {r.hook.id} not run: {r.detail}", file=sys.stderr)
+
+    py = [f for f in files if f.endswith((".py", ".pyi"))]
+    if "ruff-check" in opts.skip and "ruff-format" in opts.skip:
+        return
+    try:
+        ruff, note = ruff_for(repo)
+    except PrError as e:
+        pr.checks.append(pr_body.CheckLine("ruff", "ruff", "not run", str(e)))
+        print(f"warning: {pr.slug}: ruff not run: {e}", file=sys.stderr)
+        return
+    problems, check_ok, fmt_ok = ruff_problems(ruff, repo, py, f"v{base}")
+    for hook_id, tool, args, clean in (
+        ("ruff-check", "ruff check", ["check", "--no-cache", "--force-exclude"], check_ok),
+        (
+            "ruff-format",
+            "ruff format",
+            ["format", "--check", "--no-cache", "--force-exclude"],
+            fmt_ok,
+        ),
+    ):
+        if not py:
+            pr.not_applicable.append(hook_id)
+            continue
+        command = " ".join(["ruff", *args, "--", *py])
+        if hook_id in opts.skip:
+            pr.checks.append(pr_body.CheckLine(hook_id, command, "not run", "skipped (SKIP)"))
+            continue
+        mine = [p for p in problems if p[1] == tool]
+        status = "passed" if clean else ("failed" if mine else "pre-existing")
+        detail = (
+            note
+            if status == "passed"
+            else (
+                "" if mine else "findings the pristine files already have; nothing new from this PR"
+            )
+        )
+        pr.checks.append(pr_body.CheckLine(hook_id, command, status, detail))
+        for rel, _, msg in mine:
+            errors.append(f"{_owner(pr, rel).name}: {rel}: {hook_id}: {msg}")
+
+
 def summary(base: str, out: Path, prs: list[PullRequest]) -> str:
     dest = out / f"v{base}"
     lines = [f"vLLM {base}: {len(prs)} PRs; branches in {dest / 'vllm'} (on tag v{base})"]
     for pr in prs:
-        deps = ", ".join(number_and_slug(d)[0] for d in pr.deps) or "none"
+        deps = ", ".join(d.number for d in pr.deps) or "none"
+        own = " + ".join(number_and_slug(p)[0] for p in pr.patches)
         lines.append(f"  {pr.number} {pr.branch}  depends on: {deps}")
+        if len(pr.patches) > 1:
+            lines.append(f"       patches: {own}")
         lines.append(f"       body: {dest / f'{pr.number}-{pr.slug}.md'}")
     return "\n".join(lines)
+
+
+def newest_bases() -> list[str]:
+    """Upstream PRs are made from the newest base with a series; the older
+    series stay for operators (``BASE=...`` exports one of them)."""
+    bases = series_mod.available_bases()
+    return [max(bases, key=pr_body.version)] if bases else []
