@@ -38,8 +38,11 @@ def _binder(fn: Any) -> Any:
 
 
 def kernel_name(kernel: Any) -> str:
+    """The Triton function's ``__qualname__`` (0.33.0's kernels are
+    ``<Class>.kernel`` static methods; a module-level function's is its
+    ``__name__``)."""
     fn = getattr(kernel, "fn", kernel)
-    return getattr(fn, "__name__", repr(kernel))
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(kernel))
 
 
 def exact_key(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

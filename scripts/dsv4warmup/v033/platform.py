@@ -52,6 +52,8 @@ def _stub_compiled_ops() -> None:
         sys.modules.setdefault(name, types.ModuleType(name))
     import torch
 
+    if getattr(_stub_compiled_ops, "lib", None) is not None:
+        return  # a second Library would drop the first one's definitions
     lib = torch.library.Library("_C", "FRAGMENT")
     for op in _CAPABILITY_QUERIES:
         try:
