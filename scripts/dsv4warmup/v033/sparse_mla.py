@@ -37,7 +37,7 @@ import socket
 import sys
 import types
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
@@ -222,7 +222,7 @@ class Model:
         """One layer per compress ratio (target and MTP): every kernel key
         a step launches depends on the layer only through its ratio."""
         out: dict[int, Any] = {}
-        for i, layer in self.layers.items():
+        for layer in self.layers.values():
             out.setdefault(layer.compress_ratio, layer)
         return dict(sorted(out.items()))
 
@@ -361,10 +361,14 @@ def decode_query_len(cfg: ServingConfig) -> int:
     return 1 + (cfg.num_speculative_tokens if cfg.speculative_method else 0)
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def c128a_widths(max_model_len: int) -> list[int]:
     """Every C128A top-k width a step can use: powers of two from 128,
     capped at the buffers' width (as ``_build_c128a_metadata`` picks it)."""
-    cap = -(-(-(-max_model_len // 128)) // 128) * 128
+    cap = _cdiv(_cdiv(max_model_len, 128), 128) * 128
     widths, w = [], 128
     while w < cap:
         widths.append(w)
