@@ -38,11 +38,13 @@ def _binder(fn: Any) -> Any:
 
 
 def kernel_name(kernel: Any) -> str:
-    """The Triton function's ``__qualname__`` (0.33.0's kernels are
-    ``<Class>.kernel`` static methods; a module-level function's is its
-    ``__name__``)."""
+    """The function's qualified name (0.33.0 keeps kernels as static methods
+    named ``kernel`` on their owner classes), or its name for a nested one."""
     fn = getattr(kernel, "fn", kernel)
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(kernel))
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname and "<locals>" not in qualname:
+        return str(qualname)
+    return getattr(fn, "__name__", repr(kernel))
 
 
 def exact_key(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
