@@ -516,14 +516,18 @@ def capture_sizes(model: Model) -> list[int]:
     return sorted(sizes)
 
 
-def sweep(model: Model) -> list[Batch]:
+def sweep(model: Model, *, quick: bool = False) -> list[Batch]:
+    """The realistic sweep, then the chunk-boundary batches; ``quick``: the
+    chunk-boundary batches and one decode batch (the CPU tests' sweep)."""
     from vllm.models.deepseek_v4.attention import DeepseekV4Attention
 
     cfg = model.cfg
-    batches = [
-        *scenarios(cfg, capture_sizes(model)),
-        *chunk_boundary_scenarios(cfg, DeepseekV4Attention.PREFILL_CHUNK_SIZE),
-    ]
+    boundary = chunk_boundary_scenarios(cfg, DeepseekV4Attention.PREFILL_CHUNK_SIZE)
+    if quick:
+        decode = Batch(decodes=((1, min(4000, cfg.max_model_len)),))
+        batches = [decode, *boundary]
+    else:
+        batches = [*scenarios(cfg, capture_sizes(model)), *boundary]
     return list(dict.fromkeys(b for b in batches if _fits(cfg, b)))
 
 
@@ -785,21 +789,29 @@ def make_runner(model: Model) -> _Runner:
     return V2Runner(model) if model.runner == "v2" else V1Runner(model)
 
 
-def launched_keys(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Key, str]]:
+def witness_batches(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Key, Batch]]:
     """Exact keys the call sites launch for ``batches``, each with the
     first batch that launched it."""
     from dsv4warmup.triton_keys import record_launches
 
     runner = make_runner(model)
-    out: dict[str, dict[Key, str]] = {name: {} for name in KERNELS}
+    out: dict[str, dict[Key, Batch]] = {name: {} for name in KERNELS}
     with runner_env(model.runner), no_device_ops(), record_launches() as recorded:
         for batch in batches:
             start = len(recorded)
             runner.step(batch)
             for launch in recorded[start:]:
                 if launch.kernel in out and not launch.warmup:
-                    out[launch.kernel].setdefault(launch.key, batch.describe())
+                    out[launch.kernel].setdefault(launch.key, batch)
     return out
+
+
+def launched_keys(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Key, str]]:
+    """:func:`witness_batches`, each witness described."""
+    return {
+        kernel: {key: batch.describe() for key, batch in keys.items()}
+        for kernel, keys in witness_batches(model, batches).items()
+    }
 
 
 @functools.cache
@@ -818,10 +830,8 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
 
 
 def _step(name: str) -> Any:
-    try:
-        from dsv4warmup.v033 import lifecycle
-    except ImportError:  # the lead's lifecycle is not on this branch yet
-        return contextlib.nullcontext()
+    from dsv4warmup.v033 import lifecycle
+
     return lifecycle.step(name)
 
 
@@ -851,24 +861,67 @@ def register(vllm_config: Any, runner: str) -> None:
                 )
 
 
-# --- warmup side (until the lifecycle records the runner's own) ----------------
+# --- command line (the CPU tests run it in a fresh interpreter per tree) -------
 
 
-def registry_warmup_keys(cfg: ServingConfig, runner: str) -> dict[str, set[Key]]:
-    """Exact keys a ``JitWarmupRegistry`` warms for everything :func:`register`
-    registers (every step taken as active), its real ``warmup()`` recorded."""
-    from dsv4warmup.triton_keys import record_launches
+def _serving_config(spec: str) -> ServingConfig:
+    """``flash`` / ``pro``, optionally with JSON overrides: ``flash:{"max_model_len": 4096}``."""
+    import json
 
-    model = _model(cfg, runner)
-    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+    from dsv4warmup.serving import FLASH, PRO
 
-    registry = JitWarmupRegistry(model.vllm_config)
-    with registry.activate():
-        register(model.vllm_config, runner)
-    out: dict[str, set[Key]] = {name: set() for name in KERNELS}
-    with runner_env(runner), record_launches() as recorded:
-        registry.warmup()
-    for launch in recorded:
-        if launch.kernel in out and launch.warmup:
-            out[launch.kernel].add(launch.key)
+    name, _, overrides = spec.partition(":")
+    base = {"flash": FLASH, "pro": PRO}[name]
+    return base.replace(**json.loads(overrides)) if overrides else base
+
+
+def audit(cfg: ServingConfig, runners: Sequence[str], *, quick: bool) -> dict[str, Any]:
+    """Per runner and kernel: the runtime keys with their witnesses, the keys
+    the real start-up lifecycle warms, and for every missing key whether its
+    witness batch alone launches it again. Keys as ``repr`` strings."""
+    from dsv4warmup.v033 import lifecycle
+
+    out: dict[str, Any] = {}
+    for runner in runners:
+        model = _model(cfg, runner)
+        found = witness_batches(model, sweep(model, quick=quick))
+        with runner_env(runner):
+            warmed = lifecycle.warmed_keys(model.vllm_config, runner, [register]).keys
+        rows: dict[str, Any] = {}
+        for kernel in KERNELS:
+            warm = warmed.get(kernel, set())
+            missing = {key: batch for key, batch in found[kernel].items() if key not in warm}
+            replayed = {}
+            for key, batch in missing.items():
+                again = witness_batches(model, [batch])[kernel]
+                replayed[repr(key)] = key in again
+            rows[kernel] = {
+                "runtime": {repr(k): b.describe() for k, b in found[kernel].items()},
+                "warmed": sorted(repr(k) for k in warm),
+                "replayed": replayed,
+            }
+        out[runner] = rows
     return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m dsv4warmup.v033.sparse_mla")
+    parser.add_argument("config", help="flash | pro, optionally :{json overrides}")
+    parser.add_argument("--runners", default="v2,v1")
+    parser.add_argument("--quick", action="store_true", help="the chunk-boundary sweep only")
+    args = parser.parse_args(argv)
+    result = audit(_serving_config(args.config), args.runners.split(","), quick=args.quick)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    tree = os.environ.get("DSV4_VLLM_TREE")
+    if tree:
+        # vLLM caches model inspection per model package hash in one file per
+        # class: a tree of its own keeps pristine and patched runs from
+        # invalidating each other's (each miss re-imports vLLM in a subprocess).
+        os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tree, ".vllm-cache"))
+    main()
