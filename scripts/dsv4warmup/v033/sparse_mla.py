@@ -117,12 +117,11 @@ def _init_distributed() -> None:
 
 
 @contextlib.contextmanager
-def cpu_model_env(vllm_config: Any) -> Iterator[None]:
-    """Construct DeepSeek V4 layers for ``vllm_config`` on this machine:
-    its current config, a distributed group, GPU tensors on ``meta``, and
-    stand-ins for what only a GPU machine has (CUDA events and streams,
-    DeepGEMM, the CuTeDSL ops module)."""
-    import torch
+def model_env(vllm_config: Any) -> Iterator[None]:
+    """What building DeepSeek V4's layers and metadata builders for
+    ``vllm_config`` needs besides a GPU: its current config, a distributed
+    group, and stand-ins for DeepGEMM and (without ``cutlass``) the CuTeDSL
+    ops module."""
     from vllm.config import set_current_vllm_config
 
     if _CUTEDSL_OPS not in sys.modules:
@@ -134,16 +133,24 @@ def cpu_model_env(vllm_config: Any) -> Iterator[None]:
             sys.modules[_CUTEDSL_OPS] = stub
     with set_current_vllm_config(vllm_config):
         _init_distributed()
-        with (
-            _cuda_to_meta_mode(),
-            mock.patch.object(torch.cuda, "Event", _NoDeviceObject),
-            mock.patch.object(torch.cuda, "Stream", _NoDeviceObject),
-            mock.patch(
-                "vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm",
-                lambda: True,
-            ),
+        with mock.patch(
+            "vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm", lambda: True
         ):
             yield
+
+
+@contextlib.contextmanager
+def meta_layers() -> Iterator[None]:
+    """Layers built inside hold their GPU tensors on ``meta`` (no memory;
+    no CUDA events or streams)."""
+    import torch
+
+    with (
+        _cuda_to_meta_mode(),
+        mock.patch.object(torch.cuda, "Event", _NoDeviceObject),
+        mock.patch.object(torch.cuda, "Stream", _NoDeviceObject),
+    ):
+        yield
 
 
 def attention_class(vllm_config: Any) -> type:
@@ -179,7 +186,7 @@ def layer_indices(hf_config: Any, *, target: bool, one_per_ratio: bool) -> list[
 
 def build_attention_layers(vllm_config: Any, indices: Iterable[int]) -> dict[int, Any]:
     """Real attention layers ``model.layers.<i>.attn`` (constructed inside
-    :func:`cpu_model_env`), sharing one top-k buffer as the model's do."""
+    :func:`model_env`), sharing one top-k buffer as the model's do."""
     import torch
 
     hf_config = vllm_config.model_config.hf_config
@@ -213,6 +220,7 @@ class Model:
     kv_cache_config: Any
     attn_groups: list[list[Any]]
     kernel_block_sizes: list[int]
+    device: str = _DEVICE
 
     @property
     def hf_config(self) -> Any:
@@ -236,16 +244,35 @@ def runner_env(runner: str) -> Iterator[None]:
         yield
 
 
-def build_model(cfg: ServingConfig, runner: str) -> Model:
-    """Everything the metadata path reads, built as the worker and the
-    engine core do for ``cfg`` (layers on ``meta``)."""
-    import torch
-
+def _vllm_config(cfg: ServingConfig, runner: str, device: str) -> Any:
     from dsv4warmup.v033 import engine, platform
 
-    # Before anything imports vLLM: it decides on import what the platform is.
-    platform.install(platform.GPUS.get(os.environ.get("DSV4_GPU", "h200"), platform.H200))
+    with runner_env(runner):
+        if not device.startswith("cuda"):
+            # Before anything imports vLLM: it decides on import what the platform is.
+            gpu = platform.GPUS.get(os.environ.get("DSV4_GPU", "h200"), platform.H200)
+            return engine.vllm_config(cfg, gpu)
+        from vllm.engine.arg_utils import EngineArgs  # a GPU machine's own platform
+
+        args = EngineArgs(**engine.engine_args_kwargs(cfg, engine.model_dir(cfg)))
+        return args.create_engine_config()
+
+
+def build_model(
+    cfg: ServingConfig,
+    runner: str,
+    device: str = _DEVICE,
+    kv_cache_bytes: int = _KV_CACHE_BYTES,
+) -> Model:
+    """Everything the metadata path reads, built as the worker and the
+    engine core do for ``cfg``. The layers' weights stay on ``meta``; the KV
+    cache, metadata builders and runner buffers go to ``device`` (``meta``:
+    keys only; ``cuda``: the GPU tests run the kernels)."""
+    import torch
+
+    vllm_config = _vllm_config(cfg, runner, device)
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.platforms import current_platform
     from vllm.v1.attention.backends.utils import (
         get_supported_kv_cache_layouts,
         record_kv_cache_layout,
@@ -261,21 +288,19 @@ def build_model(cfg: ServingConfig, runner: str) -> Model:
         init_kv_cache,
     )
 
-    with runner_env(runner):
-        vllm_config = engine.vllm_config(cfg)
+    if not device.startswith("cuda"):
+        # SM count of the configured GPU (the CPU-hosted platform has none).
+        type(current_platform).num_compute_units = classmethod(  # type: ignore[method-assign]
+            lambda cls, device_id=0: cfg.sm_count
+        )
     hf_config = vllm_config.model_config.hf_config
-    from vllm.platforms import current_platform
-
-    # SM count of the configured GPU (the CPU-hosted platform has none).
-    type(current_platform).num_compute_units = classmethod(  # type: ignore[method-assign]
-        lambda cls, device_id=0: cfg.sm_count
-    )
     indices = layer_indices(hf_config, target=True, one_per_ratio=False)
     if cfg.uses_mtp:
         indices += layer_indices(hf_config, target=False, one_per_ratio=False)
-    device = torch.device(_DEVICE)
-    with runner_env(runner), cpu_model_env(vllm_config):
-        layers = build_attention_layers(vllm_config, indices)
+    dev = torch.device(device)
+    with runner_env(runner), model_env(vllm_config):
+        with meta_layers():
+            layers = build_attention_layers(vllm_config, indices)
         specs = get_kv_cache_spec(vllm_config)
         layouts = [
             layout.name
@@ -284,17 +309,33 @@ def build_model(cfg: ServingConfig, runner: str) -> Model:
         layout = resolve_kv_cache_layout(vllm_config, [layouts], list(specs.values()))
         record_kv_cache_layout(vllm_config.cache_config, layout.name)
         groups = get_global_kv_cache_groups(vllm_config, [specs])
-        (kv_cache_config,) = get_kv_cache_configs(vllm_config, [specs], [_KV_CACHE_BYTES], groups)
-        attn_groups, _, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, device)
+        (kv_cache_config,) = get_kv_cache_configs(vllm_config, [specs], [kv_cache_bytes], groups)
+        attn_groups, _, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, dev)
         init_kv_cache(
             vllm_config.compilation_config.static_forward_context,
             kv_cache_config,
-            device,
+            dev,
             kernel_block_sizes,
             vllm_config,
             attn_groups=(g for gs in attn_groups for g in gs),
         )
-    return Model(cfg, runner, vllm_config, layers, kv_cache_config, attn_groups, kernel_block_sizes)
+    model = Model(
+        cfg, runner, vllm_config, layers, kv_cache_config, attn_groups, kernel_block_sizes, device
+    )
+    if device != _DEVICE:
+        # What forward_mqa reads of the layers besides their KV caches.
+        topk = torch.full(
+            (vllm_config.scheduler_config.max_num_batched_tokens, hf_config.index_topk),
+            -1,
+            dtype=torch.int32,
+            device=dev,
+        )
+        for layer in model.forward_layers().values():
+            layer.topk_indices_buffer = topk
+            layer.attn_sink = torch.nn.Parameter(
+                torch.zeros(layer.attn_sink.shape, device=dev), requires_grad=False
+            )
+    return model
 
 
 # Metadata builders whose kernels this audit covers; the other groups'
@@ -556,6 +597,26 @@ class _Step:
     max_query_len: int
     max_seq_len: int
 
+    def positions(self) -> Any:
+        """[num_tokens_padded] int64: each token's position (padding: 0)."""
+        import torch
+
+        qsl = self.query_start_loc_cpu.long()
+        qlens = qsl[1 : self.num_reqs + 1] - qsl[: self.num_reqs]
+        starts = self.seq_lens_cpu[: self.num_reqs].long() - qlens
+        out = torch.zeros(self.num_tokens_padded, dtype=torch.int64)
+        tokens = torch.arange(self.num_tokens)
+        out[: self.num_tokens] = torch.repeat_interleave(starts - qsl[: self.num_reqs], qlens)
+        out[: self.num_tokens] += tokens
+        return out
+
+    def slot_mapping(self, block_size: int) -> Any:
+        """[num_tokens_padded] int64: real tokens write within block 0 (the
+        block tables hold zeros), padding tokens -1."""
+        out = self.positions() % block_size
+        out[self.num_tokens :] = -1
+        return out
+
 
 def _host_step(batch: Batch, decode_len: int) -> _Step:
     import torch
@@ -587,11 +648,16 @@ def _host_step(batch: Batch, decode_len: int) -> _Step:
 
 
 class _Runner:
-    """Persistent device buffers of one runner (on ``meta``)."""
+    """Persistent device buffers of one runner (``model.device``)."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.groups = audited_groups(model)
+        self.device = model.device
+        self.real = model.device != _DEVICE  # the kernels run: fill real values
+        self.group_block_sizes = [
+            g.kv_cache_spec.block_size for g in model.kv_cache_config.kv_cache_groups
+        ]
 
     def attn_metadata(self, batch: Batch) -> dict[str, Any]:
         raise NotImplementedError
@@ -605,13 +671,14 @@ class _Runner:
         metadata = self.attn_metadata(batch)
         hf = self.model.hf_config
         num_tokens = _host_step(batch, decode_query_len(self.model.cfg)).num_tokens_padded
+        device = self.model.device
         for layer in self.model.forward_layers().values():
             q = torch.empty(
                 (num_tokens, layer.padded_heads, hf.head_dim),
                 dtype=torch.bfloat16,
-                device=_DEVICE,
+                device=device,
             )
-            positions = torch.empty(num_tokens, dtype=torch.int64, device=_DEVICE)
+            positions = torch.zeros(num_tokens, dtype=torch.int64, device=device)
             context = types.SimpleNamespace(attn_metadata=metadata)
             with mock.patch.object(flashmla, "get_forward_context", lambda c=context: c):
                 layer.forward_mqa(q, None, positions, torch.empty_like(q))
@@ -635,7 +702,7 @@ class V2Runner(_Runner):
         self.max_num_reqs = vc.scheduler_config.max_num_seqs
         self.max_num_tokens = vc.scheduler_config.max_num_batched_tokens
         self.input_buffers = InputBuffers(
-            self.max_num_reqs, self.max_num_tokens, torch.device(_DEVICE)
+            self.max_num_reqs, self.max_num_tokens, torch.device(self.device)
         )
         widths = []
         for group in model.kv_cache_config.kv_cache_groups:
@@ -648,10 +715,11 @@ class V2Runner(_Runner):
                 )
             )
         self.input_block_tables = [
-            torch.zeros((self.max_num_reqs, w), dtype=torch.int32, device=_DEVICE) for w in widths
+            torch.zeros((self.max_num_reqs, w), dtype=torch.int32, device=self.device)
+            for w in widths
         ]
         self.slot_mappings = torch.zeros(
-            len(widths), self.max_num_tokens, dtype=torch.int64, device=_DEVICE
+            len(widths), self.max_num_tokens, dtype=torch.int64, device=self.device
         )
 
     def attn_metadata(self, batch: Batch) -> dict[str, Any]:
@@ -668,6 +736,13 @@ class V2Runner(_Runner):
         block_tables = tuple(bt[: s.num_reqs_padded] for bt in self.input_block_tables)
         slot_mappings = self.slot_mappings[:, : s.num_tokens_padded]
         buffers = self.input_buffers
+        if self.real:  # prepare_inputs / prepare_attn's device writes
+            n = s.num_reqs_padded
+            buffers.query_start_loc[: n + 1].copy_(s.query_start_loc_cpu)
+            buffers.seq_lens[:n].copy_(s.seq_lens_cpu)
+            buffers.positions[: s.num_tokens_padded].copy_(s.positions())
+            for g, block_size in enumerate(self.group_block_sizes):
+                slot_mappings[g].copy_(s.slot_mapping(block_size))
         return build_attn_metadata(
             attn_groups=self.groups,
             num_reqs=num_reqs,
@@ -708,7 +783,7 @@ class V1Runner(_Runner):
         vc = model.vllm_config
         self.max_num_reqs = vc.scheduler_config.max_num_seqs
         self.max_num_tokens = vc.scheduler_config.max_num_batched_tokens
-        dev = torch.device(_DEVICE)
+        dev = torch.device(self.device)
         self.query_start_loc = torch.zeros(self.max_num_reqs + 1, dtype=torch.int32, device=dev)
         self.seq_lens = torch.zeros(self.max_num_reqs, dtype=torch.int32, device=dev)
         self.positions = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=dev)
@@ -732,10 +807,18 @@ class V1Runner(_Runner):
         from vllm.v1.attention.backend import CommonAttentionMetadata
 
         s = _host_step(batch, decode_query_len(self.model.cfg))
+        if self.real:  # _prepare_inputs' H2D copies
+            n = s.num_reqs_padded
+            self.query_start_loc[: n + 1].copy_(s.query_start_loc_cpu)
+            self.seq_lens[:n].copy_(s.seq_lens_cpu)
+            self.positions[: s.num_tokens_padded].copy_(s.positions())
         out: dict[str, Any] = {}
         for gid, groups in enumerate(self.groups):
             if not groups:
                 continue
+            if self.real:
+                block_size = self.group_block_sizes[gid]
+                self.slot_mappings[gid][: s.num_tokens_padded].copy_(s.slot_mapping(block_size))
             cm = CommonAttentionMetadata(
                 query_start_loc=self.query_start_loc[: s.num_reqs_padded + 1],
                 query_start_loc_cpu=s.query_start_loc_cpu,
@@ -758,7 +841,7 @@ class V1Runner(_Runner):
 
 
 @contextlib.contextmanager
-def no_device_ops() -> Iterator[None]:
+def no_device_ops(device: str = _DEVICE) -> Iterator[None]:
     """What needs a GPU is out of this audit: the FlashMLA kernels and
     planner, pinned host memory; the workspace is the real manager on
     ``meta``."""
@@ -771,7 +854,7 @@ def no_device_ops() -> Iterator[None]:
     def no_tile_scheduler(self: Any, num_decode_tokens: int) -> dict[str, Any]:
         return {name: types.SimpleNamespace() for name in ("swaonly", "c4a", "c128a", "c1a", "c2a")}
 
-    manager = workspace.WorkspaceManager(torch.device(_DEVICE))
+    manager = workspace.WorkspaceManager(torch.device(device))
     with (
         mock.patch.object(torch_utils, "PIN_MEMORY", False),
         mock.patch.object(torch.accelerator, "empty_cache", lambda: None),
@@ -796,7 +879,7 @@ def witness_batches(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Ke
 
     runner = make_runner(model)
     out: dict[str, dict[Key, Batch]] = {name: {} for name in KERNELS}
-    with runner_env(model.runner), no_device_ops(), record_launches() as recorded:
+    with runner_env(model.runner), no_device_ops(model.device), record_launches() as recorded:
         for batch in batches:
             start = len(recorded)
             runner.step(batch)
@@ -804,6 +887,14 @@ def witness_batches(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Ke
                 if launch.kernel in out and not launch.warmup:
                     out[launch.kernel].setdefault(launch.key, batch)
     return out
+
+
+def run_batches(model: Model, batches: Iterable[Batch]) -> None:
+    """Run the steps for real (``model.device`` a GPU): the GPU tests."""
+    runner = make_runner(model)
+    with runner_env(model.runner), no_device_ops(model.device):
+        for batch in batches:
+            runner.step(batch)
 
 
 def launched_keys(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Key, str]]:
@@ -848,7 +939,8 @@ def register(vllm_config: Any, runner: str) -> None:
     with (
         mock.patch.object(vllm_config.compilation_config, "static_forward_context", {}),
         runner_env(runner),
-        cpu_model_env(vllm_config),
+        model_env(vllm_config),
+        meta_layers(),
     ):
         with _step("target_model"):
             build_attention_layers(
