@@ -1,0 +1,119 @@
+"""vLLM 0.33.0's sparse-MLA metadata kernels: the key audit, pristine and patched.
+
+``dsv4warmup.v033.sparse_mla`` drives each tree's real call sites (layers,
+KV cache planner, metadata builders, ``forward_mqa``) over the chunk-boundary
+sweep of DeepSeek V4 Flash for both model runners, and the real start-up
+lifecycle (``dsv4warmup.v033.lifecycle``) for what the tree warms. Each tree
+runs in a fresh interpreter (``trees.json_from_tree``).
+
+* pristine: ``CombineTopkSwaIndicesKernel`` misses the ten keys whose
+  ``gather_lens`` slice is not 16-byte aligned (a prefill chunk starting at a
+  request that is not a multiple of four) and warms five all-unaligned keys no
+  call site launches; each witness batch launches its key again on its own.
+* patched: every runtime key is warmed, nothing else is.
+* the patches change no launch, except the C128A kernel's three new bounds,
+  which are unspecialized.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+C128A = "BuildC128ATopkMetadataKernel.kernel"
+COMBINE = "CombineTopkSwaIndicesKernel.kernel"
+RUNNERS = ("v2", "v1")
+# Specialization positions of the combine kernel's pointers.
+COMBINE_PTRS = {"topk_indices": 3, "query_start_loc": 5, "seq_lens": 6, "gather_lens": 7}
+# The patched C128A kernel's guard bounds: block_table_rows, block_table_width,
+# num_kv_blocks (after block_table_stride and block_size).
+C128A_BOUNDS = (12, 13, 15)
+
+
+def _patched_tree() -> Path:
+    override = os.environ.get("DSV4_V033_PATCHED_TREE")
+    if override:
+        return Path(override).resolve()
+    from dsv4warmup import trees
+    from dsv4warmup.paths import PATCHES
+
+    if not (PATCHES / "v0.33.0" / "series").exists():
+        pytest.skip("patches/v0.33.0 has no series yet")
+    return trees.patched_tree("0.33.0")
+
+
+@functools.cache
+def _audit(which: str) -> dict[str, Any]:
+    from dsv4warmup import trees
+
+    tree = trees.pristine_tree("0.33.0") if which == "pristine" else _patched_tree()
+    return trees.json_from_tree(tree, "-m", "dsv4warmup.v033.sparse_mla", "flash", "--quick")
+
+
+def _spec(key: str) -> tuple[tuple[Any, ...], ...]:
+    return ast.literal_eval(key)[0]
+
+
+def _aligned(key: str, pointer: str) -> bool:
+    return _spec(key)[COMBINE_PTRS[pointer]][1] == "D"
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_pristine_audit_reports_the_gaps(runner: str) -> None:
+    rows = _audit("pristine")[runner]
+    c128a, combine = rows[C128A], rows[COMBINE]
+    assert (len(c128a["runtime"]), len(c128a["warmed"])) == (1, 1)
+    assert set(c128a["runtime"]) == set(c128a["warmed"])
+
+    runtime, warmed = set(combine["runtime"]), set(combine["warmed"])
+    missing, wasted = runtime - warmed, warmed - runtime
+    assert (len(runtime), len(warmed), len(missing), len(wasted)) == (20, 15, 10, 5)
+    # The gap: gather_lens sliced at a chunk start that is not a multiple of 4.
+    assert all(not _aligned(k, "gather_lens") for k in missing)
+    assert all(_aligned(k, "topk_indices") for k in missing)
+    # The waste: top-k rows are never unaligned.
+    assert all(not _aligned(k, "topk_indices") for k in wasted)
+    # Every witness launches its key again on its own.
+    assert set(combine["replayed"]) == missing and all(combine["replayed"].values())
+    # The SWA-only (MTP) layer's workspace chunk closes after the long prompt
+    # and four short ones: the second chunk starts at request 5.
+    swa_only = {
+        k
+        for k in missing
+        if _spec(k)[-5:-3] == (("constexpr", 0), ("constexpr", 1))  # TOP_K, ratio
+        and not _aligned(k, "query_start_loc")
+    }
+    assert {combine["runtime"][k] for k in swa_only} == {
+        "prefill: 6 reqs; prefills (q, seq) [(5420, 65536), (3, 3) x5]"
+    }
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_patched_runtime_keys_are_warmed(runner: str) -> None:
+    rows = _audit("patched")[runner]
+    for kernel in (C128A, COMBINE):
+        runtime, warmed = set(rows[kernel]["runtime"]), set(rows[kernel]["warmed"])
+        assert runtime <= warmed, f"{kernel}: {len(runtime - warmed)} keys not warmed"
+        assert warmed <= runtime, f"{kernel}: {len(warmed - runtime)} keys never launched"
+
+
+def _without_bounds(key: str) -> tuple[Any, ...]:
+    spec, options = ast.literal_eval(key)
+    bounds = [spec[i] for i in C128A_BOUNDS]
+    assert bounds == [("i32", None)] * 3, f"guard bounds are specialized: {bounds}"
+    kept = tuple(s for i, s in enumerate(spec) if i not in C128A_BOUNDS)
+    return kept, options
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_patched_launches_equal_pristine(runner: str) -> None:
+    pristine, patched = _audit("pristine")[runner], _audit("patched")[runner]
+    assert set(patched[COMBINE]["runtime"]) == set(pristine[COMBINE]["runtime"])
+    assert {_without_bounds(k) for k in patched[C128A]["runtime"]} == {
+        ast.literal_eval(k) for k in pristine[C128A]["runtime"]
+    }
