@@ -58,6 +58,9 @@ def json_from_tree(tree: Path, *python_args: str) -> Any:
     vLLM (and this package): its last stdout line, parsed as JSON. Two trees
     cannot share one process."""
     env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
+    # vLLM caches model inspection per model class, hashed over the model's
+    # package: pristine and patched trees would evict each other's entries.
+    env.setdefault("VLLM_CACHE_ROOT", str(tree.parent / f"{tree.name}.vllm-cache"))
     version = declared_version(tree) or ""
     extra = [str(p) for p in toolchains.extra_python_path(version.split("+")[0])]
     env["PYTHONPATH"] = os.pathsep.join([*extra, str(tree), str(REPO / "scripts")])
