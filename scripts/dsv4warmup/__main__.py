@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     except (series.SeriesError, sources.SourceError, pr.PrError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Outside a write (a write rolls back and says so): nothing was written.
+        print("error: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -97,11 +97,13 @@ def detect(tree: Path) -> Detection:
             if version in bases:
                 return Detection(version, "pristine", version)
             return Detection(None, "unsupported", version, _drift_from_bases(tree, table))
-    for base in bases:
+    version = declared_version(tree)
+    # The base the tree says it is first: each try reverse-applies a series.
+    said = version.split("+")[0] if version else None
+    for base in sorted(bases, key=lambda b: b != said):
         series = series_mod.load(base)
         if _is_applied(tree, series):
             return Detection(base, "applied", base)
-    version = declared_version(tree)
     if version is None:
         return Detection(None, "unknown")
     base_version = version.split("+")[0]
@@ -326,9 +328,7 @@ def _pending_check(tree: Path) -> Outcome | None:
                 )
     except OSError as e:
         raise TreeError(f"cannot read {tree}: {e}") from None
-    return Outcome(
-        f"check: {tree} holds an {said}; apply first rolls it back, then would {then}"
-    )
+    return Outcome(f"check: {tree} holds an {said}; apply first rolls it back, then would {then}")
 
 
 def apply(tree: Path, dry_run: bool = False) -> Outcome:
