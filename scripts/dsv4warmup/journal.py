@@ -348,7 +348,7 @@ def _change(
             _step("unlink", entry.path)
             os.unlink(tree / entry.path)
         else:
-            _replace(tree, entry.path, data, entry.mode or NEW_FILE_MODE)
+            _replace(tree, entry.path, data, NEW_FILE_MODE if entry.mode is None else entry.mode)
     for rel, _mode in journal.removed_dirs:
         cursor[0] = rel
         _step("rmdir", rel)
@@ -445,7 +445,7 @@ def rollback(tree: Path, journal: Journal) -> None:
             data = (orig / str(i)).read_bytes()
             if _sha256(data) != e.old_sha256:
                 raise JournalError(f"the journal's copy of {e.path} is damaged")
-            _replace(tree, e.path, data, e.mode or NEW_FILE_MODE, kind="undo-")
+            _replace(tree, e.path, data, NEW_FILE_MODE if e.mode is None else e.mode, kind="undo-")
     for rel in reversed(journal.made_dirs):
         d = tree / rel
         if d.is_dir() and not any(d.iterdir()):
@@ -476,7 +476,8 @@ def load(tree: Path) -> Journal | None:
         return Journal.from_json(manifest.read_text())
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise JournalError(
-            f"the journal {tree / JOURNAL} of an interrupted run is unreadable ({e})"
+            f"the journal {tree / JOURNAL} of an interrupted run is unreadable ({e}); "
+            "check the files it names against its orig/ copies, then remove it by hand"
         ) from None
 
 

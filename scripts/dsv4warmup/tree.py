@@ -87,6 +87,9 @@ class Detection:
     version: str | None = None  # what the tree is, if known
     drift: list[str] = field(default_factory=list)  # files that differ from pristine
     note: str = ""
+    # state "applied": the touched files with the series reverse-applied (what
+    # revert writes), kept so that revert does not reverse-apply it twice
+    reverted: dict[str, bytes | None] | None = field(default=None, repr=False)
 
 
 def detect(tree: Path) -> Detection:
@@ -101,9 +104,9 @@ def detect(tree: Path) -> Detection:
     # The base the tree says it is first: each try reverse-applies a series.
     said = version.split("+")[0] if version else None
     for base in sorted(bases, key=lambda b: b != said):
-        series = series_mod.load(base)
-        if _is_applied(tree, series):
-            return Detection(base, "applied", base)
+        reverted = _reverted(tree, series_mod.load(base))
+        if reverted is not None:
+            return Detection(base, "applied", base, reverted=reverted)
     if version is None:
         return Detection(None, "unknown")
     base_version = version.split("+")[0]
@@ -211,13 +214,17 @@ def _explain(patch: Patch, complaint: str, reverse: bool = False) -> str:
     return f"{patch.name}: {complaint.strip()}"
 
 
-def _is_applied(tree: Path, series: Series) -> bool:
+def _reverted(tree: Path, series: Series) -> dict[str, bytes | None] | None:
+    """If the series is applied (overlay in place, every patch reverse-applies):
+    the touched files with it taken out; else None."""
     for rel in series.overlay_files:
         f = tree / rel
         if not f.is_file() or f.read_bytes() != series.overlay_bytes(rel):
-            return False
+            return None
     with _Scratch(tree, series.touched_files) as scratch:
-        return all(scratch.git_apply(p, reverse=True) is None for p in reversed(series.patches))
+        if any(scratch.git_apply(p, reverse=True) is not None for p in reversed(series.patches)):
+            return None
+        return scratch.contents()
 
 
 def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
@@ -237,13 +244,19 @@ def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
     return result
 
 
-def plan_revert(tree: Path, series: Series) -> dict[str, bytes | None]:
-    with _Scratch(tree, series.touched_files) as scratch:
-        for patch in reversed(series.patches):
-            complaint = scratch.git_apply(patch, reverse=True)
-            if complaint is not None:
-                raise TreeError(_explain(patch, complaint, reverse=True))
-        result = scratch.contents()
+def plan_revert(
+    tree: Path, series: Series, reverted: dict[str, bytes | None] | None = None
+) -> dict[str, bytes | None]:
+    """What revert writes; ``reverted``: detect()'s result for this tree, if any."""
+    if reverted is not None:
+        result = dict(reverted)
+    else:
+        with _Scratch(tree, series.touched_files) as scratch:
+            for patch in reversed(series.patches):
+                complaint = scratch.git_apply(patch, reverse=True)
+                if complaint is not None:
+                    raise TreeError(_explain(patch, complaint, reverse=True))
+            result = scratch.contents()
     for rel in series.overlay_files:
         f = tree / rel
         if f.is_file() and f.read_bytes() != series.overlay_bytes(rel):
@@ -386,7 +399,7 @@ def _revert(tree: Path, dry_run: bool = False) -> Outcome:
     if det.state == "pristine":
         return Outcome(f"not applied: {tree} is pristine vLLM {det.base}; nothing changed")
     try:
-        contents = plan_revert(tree, series)
+        contents = plan_revert(tree, series, det.reverted)
     except TreeError as e:
         raise TreeError(
             f"refusing to revert the v{det.base} series: {e}; {tree} is unchanged"
