@@ -31,8 +31,11 @@ def _tree_arg(value: str | None) -> Path:
     return path
 
 
-def _default_tree_hint(args: argparse.Namespace) -> str:
-    if getattr(args, "tree", "unset") is not None or args.cmd not in ("apply", "check", "revert"):
+def _default_tree_hint(args: argparse.Namespace, error: tree.TreeError) -> str:
+    """How to start afresh, when the default tree is refused."""
+    if args.cmd not in ("apply", "check", "revert") or args.tree is not None:
+        return ""
+    if not str(error).startswith("refusing"):
         return ""
     rel = default_tree().relative_to(REPO) if default_tree().is_relative_to(REPO) else None
     where = rel or default_tree()
@@ -163,13 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                 prs = pr.export(base.removeprefix("v"), args.out.resolve(), args.results)
                 print(pr.summary(base.removeprefix("v"), args.out.resolve(), prs))
     except tree.TreeError as e:
-        print(f"error: {e}{_default_tree_hint(args)}", file=sys.stderr)
+        print(f"error: {e}{_default_tree_hint(args, e)}", file=sys.stderr)
         return 1
     except (series.SeriesError, sources.SourceError, pr.PrError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        # Outside a write (a write rolls back and says so): nothing was written.
+        # Not mid-write (a write rolls back and says so): the tree is as it was,
+        # or a recovery's journal is still there for the next run.
         print("error: interrupted", file=sys.stderr)
         return 130
     return 0

@@ -34,7 +34,8 @@ FINGERPRINTS = PATCHES / "fingerprints.json"
 
 
 class TreeError(RuntimeError):
-    """A refusal: the message says which file and why; nothing was written."""
+    """A refusal or a failed write: the message says which file and why, and
+    whether the tree is unchanged (a refusal always leaves it so)."""
 
 
 # --------------------------------------------------------------------------
