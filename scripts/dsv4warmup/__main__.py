@@ -8,6 +8,7 @@ the ``wheel`` and ``packaging`` packages, imported when it runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -208,4 +209,9 @@ def _wheel_cmd(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # `make status | head`: the work is done; only the reader went away.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
