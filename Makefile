@@ -1,10 +1,16 @@
 # Thin targets over the scripts/dsv4warmup package. `make` = set up, fetch a
 # pristine vLLM 0.26.0, apply the series, print the coverage audit.
+# fetch/apply/check/revert/status/pr run on $(PYTHON) with the standard library,
+# git and patch only (LIGHT); wheel adds `wheel` + `packaging`, installed with pip
+# under .cache/tools/wheel. The heavy .venv (torch, triton, ...) is for the audit
+# and the tests.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 RUN := PYTHONPATH=$(CURDIR)/scripts $(PY) -m dsv4warmup
+LIGHT := PYTHONPATH=$(CURDIR)/scripts $(PYTHON) -m dsv4warmup
+WHEEL_TOOLS := .cache/tools/wheel
 VLLM_DIR ?=
 MODE ?= apply
 BASE ?= 0.26.0
@@ -22,20 +28,20 @@ $(VENV)/.stamp: requirements-dev.txt
 
 setup: $(VENV)/.stamp
 
-fetch: setup
-	$(RUN) fetch 0.26.0 0.25.1 0.33.0
+fetch:
+	$(LIGHT) fetch 0.26.0 0.25.1 0.33.0
 
-apply: setup
-	$(RUN) apply $(TREE_ARG) --mode $(MODE) $(if $(BRANCH),--branch $(BRANCH))
+apply:
+	$(LIGHT) apply $(TREE_ARG) --mode $(MODE) $(if $(BRANCH),--branch $(BRANCH))
 
-check: setup
-	$(RUN) check $(TREE_ARG)
+check:
+	$(LIGHT) check $(TREE_ARG)
 
-revert: setup
-	$(RUN) revert $(TREE_ARG)
+revert:
+	$(LIGHT) revert $(TREE_ARG)
 
-status: setup
-	$(RUN) status $(TREE_ARG)
+status:
+	$(LIGHT) status $(TREE_ARG)
 
 audit: setup
 	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE)
@@ -78,11 +84,18 @@ clean:
 # SIGNOFF="Name <email>" (else your git identity) signs the commits off.
 BASE_ARG = $(if $(filter command line environment,$(origin BASE)),--base $(BASE))
 .PHONY: wheel pr
-wheel: setup
-	$(RUN) wheel $(if $(WHEEL),--wheel $(WHEEL)) $(BASE_ARG)
+$(WHEEL_TOOLS)/.stamp: requirements-wheel.txt
+	rm -rf $(WHEEL_TOOLS)
+	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(WHEEL_TOOLS) -r requirements-wheel.txt
+	touch $@
 
-pr: setup
-	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT)) $(if $(SIGNOFF),--signoff "$(SIGNOFF)") \
+wheel: $(WHEEL_TOOLS)/.stamp
+	PYTHONPATH=$(CURDIR)/scripts:$(CURDIR)/$(WHEEL_TOOLS) $(PYTHON) -m dsv4warmup wheel $(if $(WHEEL),--wheel $(WHEEL)) $(BASE_ARG)
+
+# make pr reads the tree's .pre-commit-config.yaml (PyYAML, from the same tools folder).
+pr: $(WHEEL_TOOLS)/.stamp
+	PYTHONPATH=$(CURDIR)/scripts:$(CURDIR)/$(WHEEL_TOOLS) $(PYTHON) -m dsv4warmup pr $(BASE_ARG) \
+	  $(if $(OUT),--out $(OUT)) $(if $(SIGNOFF),--signoff "$(SIGNOFF)") \
 	  $(if $(SKIP),--skip "$(SKIP)") $(if $(AI_COAUTHOR),--coauthor "$(AI_COAUTHOR)")
 
 # GPU lab: pack BASE's pristine + patched trees into .lab/trees and build the package bundle

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -36,3 +38,24 @@ def run_interpreted(test_file: str) -> None:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+
+
+def tree_digest(root: Path) -> str:
+    """Hash of every path, mode and byte under root: 'byte-identical'."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root)).encode()
+        st = p.lstat()
+        h.update(rel + b"\0" + oct(st.st_mode).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def fresh(base: str, tmp_path: Path, name: str = "vllm") -> Path:
+    """A copy of the generated pristine tree of ``base`` at ``tmp_path/name``."""
+    from dsv4warmup import trees
+
+    dest = tmp_path / name
+    shutil.copytree(trees.pristine_tree(base), dest, symlinks=True)
+    return dest

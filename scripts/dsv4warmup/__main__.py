@@ -1,4 +1,9 @@
-"""Command line: ``python -m dsv4warmup <command>`` (the Makefile wraps it)."""
+"""Command line: ``python -m dsv4warmup <command>`` (the Makefile wraps it).
+
+apply / check / revert / status / fetch / pr need only the standard library,
+git and patch (imported here at module level: keep them so); wheel also needs
+the ``wheel`` and ``packaging`` packages, imported when it runs.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import devtree, pr, series, sources, tree, wheel
+from . import devtree, pr, series, sources, tree
 from .paths import BUILD, REPO
 
 
@@ -15,17 +20,35 @@ def default_tree() -> Path:
     return BUILD / f"vllm-{sources.DEFAULT_BASE}"
 
 
-def _tree_arg(value: str | None, fresh: bool) -> Path:
+def _tree_arg(value: str | None) -> Path:
+    """--tree, else the default tree, extracted once: never replaced, since
+    it may hold the user's edits (``make clean`` starts afresh)."""
     if value:
         return Path(value).resolve()
     path = default_tree()
-    if fresh or not path.exists():
+    if not path.exists():
         sources.extract(sources.DEFAULT_BASE, path)
         print(f"fresh pristine vLLM {sources.DEFAULT_BASE} tree at {path}", file=sys.stderr)
     return path
 
 
+def _default_tree_hint(args: argparse.Namespace, error: tree.TreeError) -> str:
+    """How to start afresh, when the default tree is refused."""
+    if args.cmd not in ("apply", "check", "revert") or args.tree is not None:
+        return ""
+    if not str(error).startswith("refusing"):
+        return ""
+    rel = default_tree().relative_to(REPO) if default_tree().is_relative_to(REPO) else None
+    where = rel or default_tree()
+    return (
+        f" ({where} is the default tree and keeps your edits; to start from a fresh "
+        f"pristine copy, `rm -rf {where}` or `make clean`, then `make apply`)"
+    )
+
+
 def _print_outcome(outcome: tree.Outcome) -> None:
+    for note in outcome.notes:
+        print(note)
     for w in outcome.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(outcome.message)
@@ -116,15 +139,15 @@ def main(argv: list[str] | None = None) -> int:
             for v in args.versions:
                 print(sources.sdist(v))
         elif args.cmd in ("apply", "check"):
-            path = _tree_arg(args.tree, fresh=args.cmd == "apply")
+            path = _tree_arg(args.tree)
             if args.cmd == "apply" and args.mode == "am":
                 _print_outcome(tree.apply_am(path, args.branch))
             else:
                 _print_outcome(tree.apply(path, dry_run=args.cmd == "check"))
         elif args.cmd == "revert":
-            _print_outcome(tree.revert(_tree_arg(args.tree, fresh=False)))
+            _print_outcome(tree.revert(_tree_arg(args.tree)))
         elif args.cmd == "status":
-            print(tree.status(_tree_arg(args.tree, fresh=False)))
+            print(tree.status(_tree_arg(args.tree)))
         elif args.cmd == "devtree":
             print(devtree.devtree(args.base, args.dest.resolve()))
         elif args.cmd == "regen":
@@ -162,20 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.patched:
                 _print_outcome(tree.apply(dest))
             print(dest)
-        elif args.cmd == "wheel":
-            built = wheel.build(args.wheel, args.base, (args.dest or wheel.DIST).resolve())
-            print(wheel.summary(built))
-        elif args.cmd == "verify-wheel":
-            bad = 0
-            for path in args.wheels:
-                problems = wheel.verify_record(path)
-                bad += bool(problems)
-                print(
-                    f"{path}: " + ("RECORD verifies" if not problems else "RECORD does not verify")
-                )
-                for problem in problems:
-                    print(f"  {problem}")
-            return 1 if bad else 0
+        elif args.cmd in ("wheel", "verify-wheel"):
+            return _wheel_cmd(args)
         elif args.cmd == "pr":
             bases = args.base or pr.newest_bases()
             if not bases:
@@ -189,17 +200,52 @@ def main(argv: list[str] | None = None) -> int:
             for base in bases:
                 prs = pr.export(base.removeprefix("v"), args.out.resolve(), args.results, opts)
                 print(pr.summary(base.removeprefix("v"), args.out.resolve(), prs))
-    except (
-        tree.TreeError,
-        series.SeriesError,
-        sources.SourceError,
-        wheel.WheelError,
-        pr.PrError,
-    ) as e:
+    except tree.TreeError as e:
+        print(f"error: {e}{_default_tree_hint(args, e)}", file=sys.stderr)
+        return 1
+    except (series.SeriesError, sources.SourceError, pr.PrError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Not mid-write (a write rolls back and says so): the tree is as it was,
+        # or a recovery's journal is still there for the next run.
+        print("error: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 
+def _wheel_cmd(args: argparse.Namespace) -> int:
+    try:
+        from . import wheel
+    except ImportError as e:
+        print(
+            f"error: {args.cmd} needs the `wheel` and `packaging` packages ({e}); "
+            "`make wheel` installs them under .cache/tools/",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        if args.cmd == "wheel":
+            built = wheel.build(args.wheel, args.base, (args.dest or wheel.DIST).resolve())
+            print(wheel.summary(built))
+            return 0
+        bad = 0
+        for path in args.wheels:
+            problems = wheel.verify_record(path)
+            bad += bool(problems)
+            print(f"{path}: " + ("RECORD verifies" if not problems else "RECORD does not verify"))
+            for problem in problems:
+                print(f"  {problem}")
+        return 1 if bad else 0
+    except (wheel.WheelError, tree.TreeError, series.SeriesError, sources.SourceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # `make status | head`: the work is done; only the reader went away.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

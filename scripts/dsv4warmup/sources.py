@@ -55,6 +55,7 @@ def _index_url() -> str:
     if not url:
         # pip's own default, asked in a subprocess: importing pip's internals
         # here would pull the stdlib distutils into the test process.
+        # Without pip at all (a bare python3), PyPI's.
         res = subprocess.run(
             [
                 sys.executable,
@@ -63,9 +64,8 @@ def _index_url() -> str:
             ],
             capture_output=True,
             text=True,
-            check=True,
         )
-        url = res.stdout.strip()
+        url = res.stdout.strip() if res.returncode == 0 else "https://pypi.org/simple"
     return url.rstrip("/")
 
 

@@ -3,7 +3,12 @@
 The tree may be a git checkout or a plain source tree (an unpacked sdist).
 Every operation is planned in a scratch copy of the files it touches first;
 the tree is written only once the whole series and overlay are known to go
-in (or out) cleanly, so a refusal leaves it byte-identical.
+in (or out) cleanly, so a refusal leaves it byte-identical. The writes
+themselves are journaled (journal.py): a write the OS refuses is rolled back,
+and a run that was killed is rolled back by the next apply or revert. One run
+at a time per tree (a lock file beside the journal).
+
+Standard library only, plus git: ``make apply`` needs no test environment.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import journal
 from . import series as series_mod
 from .paths import PATCHES
 from .series import Patch, Series
@@ -27,7 +34,8 @@ FINGERPRINTS = PATCHES / "fingerprints.json"
 
 
 class TreeError(RuntimeError):
-    """A refusal: the message says which file and why; nothing was written."""
+    """A refusal or a failed write: the message says which file and why, and
+    whether the tree is unchanged (a refusal always leaves it so)."""
 
 
 # --------------------------------------------------------------------------
@@ -80,6 +88,9 @@ class Detection:
     version: str | None = None  # what the tree is, if known
     drift: list[str] = field(default_factory=list)  # files that differ from pristine
     note: str = ""
+    # state "applied": the touched files with the series reverse-applied (what
+    # revert writes), kept so that revert does not reverse-apply it twice
+    reverted: dict[str, bytes | None] | None = field(default=None, repr=False)
 
 
 def detect(tree: Path) -> Detection:
@@ -90,11 +101,13 @@ def detect(tree: Path) -> Detection:
             if version in bases:
                 return Detection(version, "pristine", version)
             return Detection(None, "unsupported", version, _drift_from_bases(tree, table))
-    for base in bases:
-        series = series_mod.load(base)
-        if _is_applied(tree, series):
-            return Detection(base, "applied", base)
     version = declared_version(tree)
+    # The base the tree says it is first: each try reverse-applies a series.
+    said = version.split("+")[0] if version else None
+    for base in sorted(bases, key=lambda b: b != said):
+        reverted = _reverted(tree, series_mod.load(base))
+        if reverted is not None:
+            return Detection(base, "applied", base, reverted=reverted)
     if version is None:
         return Detection(None, "unknown")
     base_version = version.split("+")[0]
@@ -202,13 +215,17 @@ def _explain(patch: Patch, complaint: str, reverse: bool = False) -> str:
     return f"{patch.name}: {complaint.strip()}"
 
 
-def _is_applied(tree: Path, series: Series) -> bool:
+def _reverted(tree: Path, series: Series) -> dict[str, bytes | None] | None:
+    """If the series is applied (overlay in place, every patch reverse-applies):
+    the touched files with it taken out; else None."""
     for rel in series.overlay_files:
         f = tree / rel
         if not f.is_file() or f.read_bytes() != series.overlay_bytes(rel):
-            return False
+            return None
     with _Scratch(tree, series.touched_files) as scratch:
-        return all(scratch.git_apply(p, reverse=True) is None for p in reversed(series.patches))
+        if any(scratch.git_apply(p, reverse=True) is not None for p in reversed(series.patches)):
+            return None
+        return scratch.contents()
 
 
 def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
@@ -228,13 +245,19 @@ def plan_apply(tree: Path, series: Series) -> dict[str, bytes | None]:
     return result
 
 
-def plan_revert(tree: Path, series: Series) -> dict[str, bytes | None]:
-    with _Scratch(tree, series.touched_files) as scratch:
-        for patch in reversed(series.patches):
-            complaint = scratch.git_apply(patch, reverse=True)
-            if complaint is not None:
-                raise TreeError(_explain(patch, complaint, reverse=True))
-        result = scratch.contents()
+def plan_revert(
+    tree: Path, series: Series, reverted: dict[str, bytes | None] | None = None
+) -> dict[str, bytes | None]:
+    """What revert writes; ``reverted``: detect()'s result for this tree, if any."""
+    if reverted is not None:
+        result = dict(reverted)
+    else:
+        with _Scratch(tree, series.touched_files) as scratch:
+            for patch in reversed(series.patches):
+                complaint = scratch.git_apply(patch, reverse=True)
+                if complaint is not None:
+                    raise TreeError(_explain(patch, complaint, reverse=True))
+            result = scratch.contents()
     for rel in series.overlay_files:
         f = tree / rel
         if f.is_file() and f.read_bytes() != series.overlay_bytes(rel):
@@ -243,29 +266,14 @@ def plan_revert(tree: Path, series: Series) -> dict[str, bytes | None]:
     return result
 
 
-def _write(tree: Path, contents: dict[str, bytes | None]) -> list[str]:
-    changed: list[str] = []
-    for rel, data in contents.items():
-        dst = tree / rel
-        if data is None:
-            if dst.exists():
-                dst.unlink()
-                changed.append(rel)
-                parent = dst.parent
-                while parent != tree and parent.is_dir() and not any(parent.iterdir()):
-                    parent.rmdir()
-                    parent = parent.parent
-            continue
-        if dst.is_file() and dst.read_bytes() == data:
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, (dst.stat().st_mode & 0o7777) if dst.exists() else 0o644)
-        os.replace(tmp, dst)
-        changed.append(rel)
-    return changed
+def _write(
+    tree: Path, contents: dict[str, bytes | None], base: str = "", direction: str = "write"
+) -> list[str]:
+    """All or nothing, journaled (see journal.py); TreeError names the file."""
+    try:
+        return journal.write(tree, contents, base, direction)
+    except journal.JournalError as e:
+        raise TreeError(str(e)) from None
 
 
 # --------------------------------------------------------------------------
@@ -277,18 +285,77 @@ class Outcome:
     message: str
     warnings: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # recovery of an interrupted run
+
+
+def _require_vllm(tree: Path) -> None:
+    if not (tree / "vllm").is_dir():
+        raise TreeError(f"{tree} is not a vLLM source tree (no vllm/ package folder)")
 
 
 def _resolve(tree: Path) -> tuple[Detection, Series]:
-    if not (tree / "vllm").is_dir():
-        raise TreeError(f"{tree} is not a vLLM source tree (no vllm/ package folder)")
+    _require_vllm(tree)
     det = detect(tree)
     if det.state in ("unsupported", "unknown") or det.base is None:
         raise TreeError(_unsupported_message(det))
     return det, series_mod.load(det.base)
 
 
+@contextmanager
+def _exclusive(tree: Path) -> Iterator[list[str]]:
+    """The tree's lock, held; what an interrupted run left is rolled back
+    first. Yields the notes saying so."""
+    _require_vllm(tree)
+    try:
+        with journal.locked(tree):
+            notes = journal.recover(tree)
+            yield notes
+    except journal.JournalError as e:
+        raise TreeError(str(e)) from None
+
+
+def _pending_check(tree: Path) -> Outcome | None:
+    """Dry run over a tree a killed run left: what apply would do (no writes)."""
+    state, pid = journal.lock_state(tree)
+    if state == "held":
+        raise TreeError(f"another dsv4warmup run (pid {pid}) is changing {tree}; check again later")
+    try:
+        pend = journal.pending(tree)
+    except journal.JournalError as e:
+        raise TreeError(str(e)) from None
+    if pend.journal is None:
+        return None
+    j = pend.journal
+    then = (
+        f"apply the v{j.base} series"
+        if j.direction == "apply"
+        else f"find the v{j.base} series applied (nothing to do)"
+        if j.direction == "revert"
+        else "carry on"
+    )
+    try:
+        said = journal.describe(tree, j)
+        for e in j.entries:
+            if journal.file_state(tree, e) == "other":
+                raise TreeError(
+                    f"{tree} holds an {said}, and {e.path} changed since: apply would refuse"
+                )
+    except OSError as e:
+        raise TreeError(f"cannot read {tree}: {e}") from None
+    return Outcome(f"check: {tree} holds an {said}; apply first rolls it back, then would {then}")
+
+
 def apply(tree: Path, dry_run: bool = False) -> Outcome:
+    if dry_run:
+        _require_vllm(tree)
+        return _pending_check(tree) or _apply(tree, dry_run=True)
+    with _exclusive(tree) as notes:
+        outcome = _apply(tree)
+    outcome.notes = notes
+    return outcome
+
+
+def _apply(tree: Path, dry_run: bool = False) -> Outcome:
     det, series = _resolve(tree)
     if det.state == "applied":
         return Outcome(f"already applied: the v{det.base} series is in {tree}; nothing changed")
@@ -309,7 +376,7 @@ def apply(tree: Path, dry_run: bool = False) -> Outcome:
             f"{len(series.overlay_files)} overlay files) applies cleanly to {tree}",
             warnings,
         )
-    changed = _write(tree, contents)
+    changed = _write(tree, contents, series.base, "apply")
     return Outcome(
         f"applied the v{det.base} series ({len(series.patches)} patches, "
         f"{len(series.overlay_files)} overlay files) to {tree}",
@@ -319,29 +386,69 @@ def apply(tree: Path, dry_run: bool = False) -> Outcome:
 
 
 def revert(tree: Path, dry_run: bool = False) -> Outcome:
+    if dry_run:
+        _require_vllm(tree)
+        return _pending_check(tree) or _revert(tree, dry_run=True)
+    with _exclusive(tree) as notes:
+        outcome = _revert(tree)
+    outcome.notes = notes
+    return outcome
+
+
+def _revert(tree: Path, dry_run: bool = False) -> Outcome:
     det, series = _resolve(tree)
     if det.state == "pristine":
         return Outcome(f"not applied: {tree} is pristine vLLM {det.base}; nothing changed")
     try:
-        contents = plan_revert(tree, series)
+        contents = plan_revert(tree, series, det.reverted)
     except TreeError as e:
         raise TreeError(
             f"refusing to revert the v{det.base} series: {e}; {tree} is unchanged"
         ) from None
     if dry_run:
         return Outcome(f"check: the v{det.base} series reverts cleanly from {tree}")
-    changed = _write(tree, contents)
+    changed = _write(tree, contents, series.base, "revert")
     return Outcome(f"reverted the v{det.base} series from {tree}", changed=changed)
 
 
+def _interrupted_status(tree: Path) -> tuple[list[str], bool]:
+    """Status lines for a busy tree or what a killed run left, and whether
+    that is the whole story (the tree's files are mid-change)."""
+    state, pid = journal.lock_state(tree)
+    if state == "held":
+        who = f" (pid {pid})" if pid else ""
+        return [f"state:   busy: another dsv4warmup run{who} is changing this tree"], True
+    try:
+        pend = journal.pending(tree)
+    except journal.JournalError as e:
+        return [f"state:   {e}"], True
+    if pend.journal is not None:
+        j = pend.journal
+        before = {"apply": "not applied", "revert": "applied"}.get(j.direction, "unchanged")
+        return [
+            f"base:    vLLM {j.base}",
+            f"state:   {journal.describe(tree, j)} (the run was killed or failed)",
+            "         `make apply` or `make revert` rolls it back first, to the tree as it "
+            f"was before that run ({before})",
+            f"journal: {tree / journal.JOURNAL} (the originals of its files)",
+        ], True
+    return [
+        f"note:    {name} was left by an interrupted run that changed no file; "
+        "the next apply or revert removes it"
+        for name in pend.leftovers
+    ], False
+
+
 def status(tree: Path) -> str:
-    if not (tree / "vllm").is_dir():
-        raise TreeError(f"{tree} is not a vLLM source tree (no vllm/ package folder)")
-    det = detect(tree)
+    _require_vllm(tree)
     lines = [f"tree:    {tree}"]
+    notes, whole = _interrupted_status(tree)
+    if whole:
+        return "\n".join(lines + notes)
+    det = detect(tree)
     if det.state in ("unsupported", "unknown"):
         lines.append(f"state:   {det.state}: {_unsupported_message(det)}")
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
     series = series_mod.load(det.base or "")
     lines.append(f"base:    vLLM {det.base} ({det.version or '?'})")
     if det.state == "modified":
@@ -357,6 +464,7 @@ def status(tree: Path) -> str:
         lines.append(
             f"state:   {'applied' if det.state == 'applied' else 'pristine (not applied)'}"
         )
+    lines.extend(notes)
     mark = "+" if det.state == "applied" else " "
     for patch in series.patches:
         lines.append(f"  [{mark}] {patch.name}")
@@ -386,6 +494,13 @@ def _committer_env(tree: Path, patch: Patch) -> dict[str, str]:
 
 
 def apply_am(tree: Path, branch: str | None = None) -> Outcome:
+    with _exclusive(tree) as notes:
+        outcome = _apply_am(tree, branch)
+    outcome.notes = notes
+    return outcome
+
+
+def _apply_am(tree: Path, branch: str | None = None) -> Outcome:
     top = _git(tree, "rev-parse", "--show-toplevel")
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != tree.resolve():
         raise TreeError(f"MODE=am needs a git checkout at the top of {tree}")

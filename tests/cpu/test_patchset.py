@@ -6,7 +6,6 @@ import difflib
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,27 +15,9 @@ from dsv4warmup import sources, trees
 from dsv4warmup import tree as tree_mod
 from dsv4warmup.__main__ import main as cli
 from dsv4warmup.paths import OVERLAY
-from helpers import git
+from helpers import fresh, git, tree_digest
 
 BASES = series_mod.available_bases()
-
-
-def tree_digest(root: Path) -> str:
-    """Hash of every path, mode and byte under root: 'byte-identical'."""
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root)).encode()
-        st = p.lstat()
-        h.update(rel + b"\0" + oct(st.st_mode).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def fresh(base: str, tmp_path: Path, name: str = "vllm") -> Path:
-    dest = tmp_path / name
-    shutil.copytree(trees.pristine_tree(base), dest, symlinks=True)
-    return dest
 
 
 def run_cli(*args: str) -> int:
