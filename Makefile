@@ -38,7 +38,7 @@ status: setup
 	$(RUN) status $(TREE_ARG)
 
 audit: setup
-	$(RUN) audit $(if $(JSON),--json-out $(JSON))
+	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE)
 
 # pytest exits 5 when it collected nothing: that is a failure here.
 test: setup
@@ -79,10 +79,13 @@ wheel: setup
 pr: setup
 	$(RUN) pr $(BASE_ARG) $(if $(OUT),--out $(OUT))
 
-# GPU lab: pack pristine + patched trees into .lab/trees and build the package bundle
-# (.lab/full/site.tar.xz, once) for scripts/lab/gpu-run.sh; see docs/gpu-results.md.
-lab: setup .lab/full/site.tar.xz
-	$(RUN) lab
+# GPU lab: pack BASE's pristine + patched trees into .lab/trees and build the package bundle
+# (once per kind: .lab/full for 0.25.1/0.26.0, .lab/v033 for 0.33.0) for
+# scripts/lab/gpu-run.sh (BUNDLE=.lab/v033/site.tar.xz for 0.33.0); see docs/gpu-results.md.
+LAB_KIND = $(if $(filter 0.33.%,$(BASE)),v033,full)
+lab: setup .lab/$(LAB_KIND)/site.tar.xz
+	$(RUN) lab --base $(BASE) $(if $(filter v033,$(LAB_KIND)),--pristine-only)
+	rm -rf .lab/gpu-lab && cp -r ../shared/gpu-lab .lab/gpu-lab
 
-.lab/full/site.tar.xz: scripts/lab/build-lab-bundle.sh
-	mkdir -p .lab/full && cd .lab/full && PYTHON=$(CURDIR)/$(PY) bash $(CURDIR)/scripts/lab/build-lab-bundle.sh
+.lab/%/site.tar.xz: scripts/lab/build-lab-bundle.sh
+	mkdir -p .lab/$* && cd .lab/$* && KIND=$* PYTHON=$(CURDIR)/$(PY) bash $(CURDIR)/scripts/lab/build-lab-bundle.sh

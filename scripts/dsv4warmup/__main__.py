@@ -64,8 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fingerprints", help="recompute patches/fingerprints.json from the sdists")
     p = sub.add_parser("lab", help="pack pristine + patched trees for the GPU lab (.lab/trees)")
     p.add_argument("--base", default=sources.DEFAULT_BASE)
-    p = sub.add_parser("audit", help="key-coverage audit, pristine vs patched v0.26.0")
+    p.add_argument(
+        "--pristine-only",
+        action="store_true",
+        help="pack the pristine tree only (gpu-run.sh applies the series there)",
+    )
+    p = sub.add_parser("audit", help="key-coverage audit, pristine vs patched")
     p.add_argument("--json-out", type=Path, help="also write both tables as JSON here")
+    p.add_argument("--base", default=sources.DEFAULT_BASE, help="vLLM release to audit")
     p = sub.add_parser("tree", help="a fresh pristine (or --patched) tree of a base")
     p.add_argument("base")
     p.add_argument("dest", type=Path)
@@ -114,20 +120,27 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "lab":
             from . import lab, trees
 
-            for name, path in (
-                ("pristine", trees.pristine_tree(args.base)),
-                ("patched", trees.patched_tree(args.base)),
-            ):
+            lab_trees = [("pristine", trees.pristine_tree(args.base))]
+            if args.base in series.available_bases() and not args.pristine_only:
+                lab_trees.append(("patched", trees.patched_tree(args.base)))
+            stale = REPO / ".lab" / "trees" / "patched.tgz"
+            if len(lab_trees) == 1 and stale.exists():
+                stale.unlink()  # another base's: gpu-run.sh builds this one's
+            for name, path in lab_trees:
                 extra = tuple(
                     rel
-                    for rel in series.load(args.base).overlay_files
+                    for rel in (
+                        series.load(args.base).overlay_files
+                        if args.base in series.available_bases()
+                        else ()
+                    )
                     if rel.startswith("tests/") and name == "patched"
                 )
                 print(lab.pack(path, REPO / ".lab" / "trees" / f"{name}.tgz", extra))
         elif args.cmd == "audit":
             from . import audit
 
-            return audit.cli(args.json_out)
+            return audit.cli(args.json_out, sources.check_known(args.base))
         elif args.cmd == "tree":
             dest = sources.extract(args.base, args.dest.resolve())
             if args.patched:

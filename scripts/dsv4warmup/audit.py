@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,26 @@ class Row:
     missing: int
     wasted: int
     group: str = ""
+    # 0.33.0 rows: which model runner, and a witness batch per missing key (a few)
+    runner: str = ""
+    witnesses: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.runner:
+            del d["runner"], d["witnesses"]
+        return d
 
 
 def rows_for(cfg: ServingConfig) -> list[Row]:
     """Audit the vLLM tree importable in this process."""
+    from .tree import declared_version
+
+    tree = Path(os.environ.get("DSV4_VLLM_TREE", "."))
+    if (declared_version(tree) or "").startswith("0.33."):
+        from .v033 import audit as v033_audit
+
+        return v033_audit.rows_for(cfg)
     rows: list[Row] = []
     for group in GROUPS:
         mod: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
@@ -56,13 +70,21 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
 
 def format_table(title: str, rows: list[Row]) -> str:
     width = max([len(r.kernel) for r in rows] + [6])
-    lines = [title, f"  {'kernel':<{width}}  runtime  warmed  missing  wasted"]
+    lines = [title]
+    runner = None
     for r in rows:
+        if r.runner != runner or len(lines) == 1:
+            runner = r.runner
+            if runner:
+                lines.append(f"  model runner {runner}:")
+            lines.append(f"  {'kernel':<{width}}  runtime  warmed  missing  wasted")
         flag = "  <-- MISSING" if r.missing else ""
         lines.append(
             f"  {r.kernel:<{width}}  {r.runtime_keys:>7}  {r.warmed_keys:>6}  "
             f"{r.missing:>7}  {r.wasted:>6}{flag}"
         )
+        for witness in r.witnesses:
+            lines.append(f"      missing key, e.g. from: {witness}")
     tot = [
         sum(getattr(r, f) for r in rows)
         for f in ("runtime_keys", "warmed_keys", "missing", "wasted")
@@ -75,29 +97,32 @@ def main() -> None:  # subprocess entry: rows of the importable tree as JSON
     overrides = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     cfg = FLASH.replace(**overrides) if overrides else FLASH
     rows = rows_for(cfg)
-    sys.stdout.write("\n" + json.dumps([asdict(r) for r in rows]) + "\n")
+    sys.stdout.write("\n" + json.dumps([r.as_dict() for r in rows]) + "\n")
 
 
 if __name__ == "__main__":
     main()
 
 
-def cli(json_out: Path | None = None) -> int:
-    """`make audit`: pristine vs patched v0.26.0 for the report's configuration."""
-    from . import trees
+def cli(json_out: Path | None = None, base: str = "0.26.0") -> int:
+    """`make audit`: pristine vs patched ``base`` for the report's configuration."""
+    from . import series, trees
 
+    trees_by_name = [("pristine", trees.pristine_tree(base))]
+    if base in series.available_bases():
+        trees_by_name.append(("patched", trees.patched_tree(base)))
     tables: dict[str, list[Row]] = {}
-    for name, tree in (
-        ("pristine", trees.pristine_tree("0.26.0")),
-        ("patched", trees.patched_tree("0.26.0")),
-    ):
+    for name, tree in trees_by_name:
         tables[name] = rows_for_tree(tree)
-        print(format_table(f"{name} vLLM 0.26.0 ({tree}):", tables[name]))
+        print(format_table(f"{name} vLLM {base} ({tree}):", tables[name]))
         print()
     if json_out is not None:
         json_out.write_text(
-            json.dumps({k: [asdict(r) for r in v] for k, v in tables.items()}, indent=1) + "\n"
+            json.dumps({k: [r.as_dict() for r in v] for k, v in tables.items()}, indent=1) + "\n"
         )
+    if "patched" not in tables:
+        print(f"no patch series for vLLM {base} yet: audited the pristine tree only")
+        return 1
     missing = sum(r.missing for r in tables["patched"])
     print(f"patched tree: {missing} runtime key(s) not warmed")
     return 1 if missing else 0

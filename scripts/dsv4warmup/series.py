@@ -6,10 +6,10 @@ patch: applying the series copies it into the tree, and the per-patch commit of
 ``MODE=am`` / ``make pr`` carries it. Every overlay file must be attributed
 exactly once.
 
-Overlay files live under the base's own overlay root: ``vllm_overlay/v<base>/``
-when that folder exists (0.33.0 reworked the modules our files sit beside), else
-``vllm_overlay/`` itself minus the ``v<version>/`` folders (shared by 0.25.1 and
-0.26.0).
+Overlay files live under the base's own overlay root: ``vllm_overlay/`` itself
+(minus the ``v<version>/`` folders) for 0.25.1 and 0.26.0, which share their
+files, and ``vllm_overlay/v<base>/`` for every later base (0.33.0 reworked the
+modules our files sit beside).
 """
 
 from __future__ import annotations
@@ -39,10 +39,13 @@ class Hunk:
 _BASE_DIR = re.compile(r"^v\d+\.\d+\.\d+$")
 
 
+SHARED_OVERLAY_BASES = ("0.25.1", "0.26.0")
+
+
 def overlay_root(base: str) -> Path:
     """Where the overlay files of ``base``'s series live."""
-    own = OVERLAY / f"v{base.removeprefix('v')}"
-    return own if own.is_dir() else OVERLAY
+    base = base.removeprefix("v")
+    return OVERLAY if base in SHARED_OVERLAY_BASES else OVERLAY / f"v{base}"
 
 
 @dataclass

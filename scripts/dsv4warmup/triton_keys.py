@@ -38,7 +38,12 @@ def _binder(fn: Any) -> Any:
 
 
 def kernel_name(kernel: Any) -> str:
+    """The function's qualified name (0.33.0 keeps kernels as static methods
+    named ``kernel`` on their owner classes), or its name for a nested one."""
     fn = getattr(kernel, "fn", kernel)
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname and "<locals>" not in qualname:
+        return str(qualname)
     return getattr(fn, "__name__", repr(kernel))
 
 

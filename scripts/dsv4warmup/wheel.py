@@ -56,6 +56,10 @@ OFFICIAL_WHEELS: dict[str, tuple[str, str]] = {
         "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl",
         "adb1e4c9b46d0dfdb094121ae5aad670a42412dd813ed4e5db069ed6a15006de",
     ),
+    "0.33.0": (
+        "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+        "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",
+    ),
 }
 
 

@@ -7,6 +7,9 @@
 #     pre-warm entry point and scripts/bench_first_request.py in one call.
 #   KIND=triton (~47 MB): no tilelang, a wider set of pure packages; what the Triton-side GPU tests
 #     (spec decode, sparse MLA) were first verified with.
+#   KIND=v033: vLLM 0.33.0's pins (tilelang 0.1.12, apache-tvm-ffi 0.1.11) and the pure packages
+#     0.33.0 adds on the way to its kernel modules (fastapi, starlette, partial-json-parser); the
+#     lab keeps its torch 2.11 / triton 3.6 (0.33.0 pins torch 2.14 / triton 3.8).
 # Usage (repo root): mkdir -p .lab/full && (cd .lab/full && bash ../../scripts/lab/build-lab-bundle.sh)
 #   -> .lab/full/site.tar.xz, the default BUNDLE of scripts/lab/gpu-run.sh.
 set -euo pipefail
@@ -35,6 +38,16 @@ if [ "${KIND:-full}" = full ]; then
     openai==2.54.0 openai-harmony==0.0.8 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1
     cbor2==6.3.0 pyzmq==27.3.0 msgspec==0.23.0 pybase64==1.5.1 cachetools==8.0.2
     pytest-forked==1.7.5 py==1.11.0 llguidance==1.7.6 xgrammar==0.2.6
+  )
+fi
+if [ "${KIND:-full}" = v033 ]; then
+  pins=(
+    tilelang==0.1.12 apache-tvm-ffi==0.1.11 z3-solver==4.15.4.0 torch-c-dlpack-ext==0.1.5
+    pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+    openai==2.54.0 openai-harmony==0.0.8 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1
+    cbor2==6.3.0 pyzmq==27.3.0 msgspec==0.23.0 pybase64==1.5.1 cachetools==8.0.2
+    pytest-forked==1.7.5 py==1.11.0 llguidance==1.7.6 xgrammar==0.2.6
+    fastapi==0.165.0 starlette==1.10.0 partial-json-parser==0.2.1.1.post7 annotated-doc==0.0.7
   )
 fi
 plat=()

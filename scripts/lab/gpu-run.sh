@@ -93,6 +93,16 @@ phase_first_request() {  # first-request replay, patched then pristine (#6)
         --json "$OUT/first_request.json" 2>&1 )
 }
 
+make_patched() {  # 0.33.0 trees are large: the patched one is made here from pristine + series
+  [ -f .lab/trees/patched.tgz ] && return 0
+  local base d=/tmp/lab-build-patched
+  base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
+  [ -f "patches/v$base/series" ] || { echo "no series for $base: pristine only"; return 0; }
+  rm -rf $d && mkdir -p $d && tar xzf .lab/trees/pristine.tgz -C $d &&
+    PYTHONPATH=scripts python3 -m dsv4warmup apply --tree $d &&
+    tar czf .lab/trees/patched.tgz -C $d .
+}
+make_patched
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

@@ -1,0 +1,80 @@
+"""Key-coverage audit of a vLLM 0.33.0 tree, per model runner.
+
+Runtime side: each kernel group's driver (``dsv4warmup.v033.<group>``) drives
+the tree's real call sites of one runner over the serving sweep of the
+configuration and returns every key with one witness batch. Warmed side: the
+tree's real registration lifecycle for that runner (:mod:`.lifecycle`), fed by
+the same groups' ``register`` (the real objects whose construction registers
+the kernels). Both run in the interpreter that imports the tree.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from dsv4warmup.audit import Row
+from dsv4warmup.serving import ServingConfig
+
+from . import engine, lifecycle
+
+GROUPS = ("spec_decode", "sparse_mla", "mhc")
+MAX_WITNESSES = 3  # per kernel row; the JSON keeps the same number
+
+
+def group_modules() -> list[tuple[str, ModuleType]]:
+    out = []
+    for group in GROUPS:
+        try:
+            out.append((group, importlib.import_module(f"dsv4warmup.v033.{group}")))
+        except ModuleNotFoundError as e:
+            if e.name != f"dsv4warmup.v033.{group}":
+                raise
+    return out
+
+
+def default_runner(vllm_config: Any) -> str:
+    """The runner 0.33.0 picks for this configuration (``VLLM_USE_V2_MODEL_RUNNER``)."""
+    return "v2" if getattr(vllm_config, "use_v2_model_runner", True) else "v1"
+
+
+def _witness_sort_key(item: tuple[Any, str]) -> tuple[int, str]:
+    return (len(item[1]), item[1])
+
+
+def rows_for(cfg: ServingConfig) -> list[Row]:
+    """Rows for every (runner, kernel) of the importable 0.33.0 tree."""
+    vllm_config = engine.vllm_config(cfg)
+    default = default_runner(vllm_config)
+    groups = group_modules()
+    rows: list[Row] = []
+    for runner in lifecycle.RUNNERS:
+        run = lifecycle.warmed_keys(
+            vllm_config,
+            runner,
+            [mod.register for _, mod in groups],
+            [mod.record_compiles for _, mod in groups if hasattr(mod, "record_compiles")],
+        )
+        label = f"{runner} (default)" if runner == default else runner
+        for group, mod in groups:
+            runtime = mod.runtime_keys(cfg, runner)
+            for kernel in mod.KERNELS:
+                rt = runtime.get(kernel, {})
+                wk = run.keys.get(kernel, set())
+                missing = sorted(
+                    ((k, w) for k, w in rt.items() if k not in wk), key=_witness_sort_key
+                )
+                rows.append(
+                    Row(
+                        kernel,
+                        len(rt),
+                        len(wk),
+                        len(missing),
+                        len(wk - set(rt)),
+                        group,
+                        runner=label,
+                        witnesses=[w for _, w in missing[:MAX_WITNESSES]],
+                    )
+                )
+    return rows
