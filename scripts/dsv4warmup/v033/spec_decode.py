@@ -88,37 +88,18 @@ def v2_draft_vllm_config(config: Any) -> Any:
 # --- recording -----------------------------------------------------------------
 
 
-def kernel_row(kernel: Any) -> str:
-    """Audit row name of a launched ``JITFunction``: its ``__qualname__``
-    (``MTPSharedHeadRMSNormKernel.kernel``, not the bare ``kernel``)."""
-    fn = getattr(kernel, "fn", kernel)
-    return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(kernel)))
-
-
-@contextlib.contextmanager
-def record_launches() -> Iterator[list[tuple[str, Key, bool]]]:
-    """``(row, exact key, warmup)`` of every Triton launch, none compiled."""
-    from dsv4warmup.triton_keys import _intercepted_runs, _quiet_warmup_logs, exact_key
-
-    recorded: list[tuple[str, Key, bool]] = []
-
-    def on_launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], warmup: bool) -> None:
-        recorded.append((kernel_row(kernel), exact_key(kernel, args, kwargs), warmup))
-
-    with _quiet_warmup_logs(), _intercepted_runs(on_launch):
-        yield recorded
-
-
 class _Witnesses:
     """The first batch that produced each key, per kernel; launches are
     recorded while :meth:`recording` is active."""
 
     def __init__(self) -> None:
         self.keys: dict[str, dict[Key, str]] = {k: {} for k in KERNELS}
-        self._recorded: list[tuple[str, Key, bool]] | None = None
+        self._recorded: list[Any] | None = None
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
+        from dsv4warmup.triton_keys import record_launches
+
         with record_launches() as recorded:
             self._recorded = recorded
             try:
@@ -132,10 +113,10 @@ class _Witnesses:
         assert recorded is not None, "batch() outside recording()"
         start = len(recorded)
         yield
-        for row, key, warmup in recorded[start:]:
-            assert not warmup, row
-            if row in self.keys:
-                self.keys[row].setdefault(key, witness)
+        for launch in recorded[start:]:
+            assert not launch.warmup, launch.kernel
+            if launch.kernel in self.keys:
+                self.keys[launch.kernel].setdefault(launch.key, witness)
 
 
 # --- Model Runner V2 never calls the EAGLE helpers ------------------------------
@@ -189,7 +170,8 @@ class _Built:
 
 def _build_models(config: Any, runner: str, with_target: bool) -> _Built:
     """The MTP draft model as ``runner`` builds it (after the target, whose
-    layers the KV-cache grouping needs, when ``with_target``)."""
+    layers the KV-cache grouping needs, when ``with_target``). Its layers
+    stay in ``config``'s forward context, as in the runner."""
     target_names: set[str] = set()
     if with_target:
         meta_models.create_model(config)
@@ -204,7 +186,8 @@ def _build_models(config: Any, runner: str, with_target: bool) -> _Built:
             SimpleNamespace(speculative_config=spec, vllm_config=config)
         )
     model = meta_models.create_model(draft_config, spec.draft_model_config)
-    draft_names = meta_models.mark_draft_layers(config, target_names)
+    # As the drafters' load_model do, once the target's layers are known.
+    draft_names = meta_models.mark_draft_layers(config, target_names) if with_target else set()
     return _Built(config, model, draft_names)
 
 
@@ -531,11 +514,22 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
 
 
 def _lifecycle_step(name: str) -> Any:
-    try:
-        from . import lifecycle
-    except ImportError:
-        return contextlib.nullcontext()
+    from . import lifecycle
+
     return lifecycle.step(name)
+
+
+@contextlib.contextmanager
+def _forward_context_restored(vllm_config: Any) -> Iterator[None]:
+    """Drop the layers built inside from ``vllm_config``'s forward context:
+    ``register`` may build the draft model once per runner on one config."""
+    context = vllm_config.compilation_config.static_forward_context
+    before = set(context)
+    try:
+        yield
+    finally:
+        for name in set(context) - before:
+            del context[name]
 
 
 def register(vllm_config: Any, runner: str) -> None:
@@ -553,7 +547,7 @@ def register(vllm_config: Any, runner: str) -> None:
         if runner == "v1" and vllm_config.speculative_config.use_eagle():
             with _lifecycle_step("runner_init"):
                 make_proposer(vllm_config)
-        with _lifecycle_step("drafter_model"):
+        with _lifecycle_step("drafter_model"), _forward_context_restored(vllm_config):
             _build_models(vllm_config, runner, with_target=False)
 
 
