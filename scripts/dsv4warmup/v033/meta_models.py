@@ -138,6 +138,10 @@ class _StubOp:
 def _stub_compiled_ops() -> Iterator[None]:
     import torch._ops as ops
 
+    # Registers fake implementations of the compiled ops that exist
+    # (``hasattr`` probes), so it must not see the stand-ins.
+    import vllm._custom_ops  # noqa: F401
+
     original = ops._OpNamespace.__getattr__
 
     def getattr_(self: Any, name: str) -> Any:

@@ -554,23 +554,165 @@ def register(vllm_config: Any, runner: str) -> None:
 __all__ = ["KERNELS", "register", "runtime_keys"]
 
 
-def _main() -> None:  # pragma: no cover - manual exploration
+# --- test entry points (run in the interpreter that imports a tree) -------------
+
+
+def report(sweep: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (``ServingConfig`` changes; ``"model": "pro"`` picks
+    PRO) and runner: the runtime keys with their witnesses, the keys the
+    start-up lifecycle warms (:func:`lifecycle.warmed_keys`), the active
+    steps. Keys as ``repr`` strings."""
+    from dsv4warmup.serving import FLASH, PRO
+
+    from . import lifecycle
+
+    out = []
+    for item in sweep:
+        changes = dict(item)
+        cfg = (PRO if changes.pop("model", "flash") == "pro" else FLASH).replace(**changes)
+        config = engine.vllm_config(cfg)
+        runners = {}
+        for runner in RUNNERS:
+            runtime = runtime_keys(cfg, runner)
+            run = lifecycle.warmed_keys(config, runner, [_register_own_kernels])
+            runners[runner] = {
+                "runtime": {k: {repr(key): w for key, w in runtime[k].items()} for k in KERNELS},
+                "warmed": {k: sorted(repr(key) for key in run.keys.get(k, ())) for k in KERNELS},
+                "active": sorted(run.active),
+            }
+        out.append({"cfg": item, "runners": runners})
+    return out
+
+
+def owns(kernel: Any) -> bool:
+    """Whether a registered warmup owner launches one of :data:`KERNELS`."""
+    from dsv4warmup.triton_keys import kernel_name
+
+    triton_kernel = getattr(kernel, "kernel", None)
+    return triton_kernel is not None and kernel_name(triton_kernel) in KERNELS
+
+
+def _register_own_kernels(vllm_config: Any, runner: str) -> None:
+    """:func:`register`, passing on only this group's registrations (the
+    draft model also registers other groups' kernels, which need their own
+    CPU stand-ins to warm)."""
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    record = JitWarmupRegistry.__dict__["register"].__func__
+
+    def register_own(cls: Any, kernel: Any, *args: Any, **kwargs: Any) -> None:
+        if owns(kernel):
+            record(cls, kernel, *args, **kwargs)
+
+    with mock.patch.object(JitWarmupRegistry, "register", classmethod(register_own)):
+        register(vllm_config, runner)
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """One launch of ``eagle_step_update_slot_mapping_and_metadata``."""
+
+    block_size: int
+    max_model_len: int
+    n_blocks_per_req: int  # block-table width (columns)
+    positions: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    input_batch_size: int
+
+
+def ref_step(case: StepCase, block_table: Any) -> dict[str, list[int]]:
+    """Torch reference of the step kernel's outputs."""
+    import torch
+
+    positions = torch.tensor(case.positions, dtype=torch.int64)
+    seq_lens = torch.tensor(case.seq_lens, dtype=torch.int32)
+    new = positions + 1
+    exceeds = new >= case.max_model_len
+    clamped = torch.where(exceeds, torch.zeros_like(new), new)
+    blk = (clamped // case.block_size).clamp(max=case.n_blocks_per_req - 1)
+    ids = block_table[torch.arange(len(case.positions)), blk].long()
+    slot = ids * case.block_size + clamped % case.block_size
+    slot = torch.where(exceeds, torch.full_like(slot, -1), slot)
+    pad = [-1] * (case.input_batch_size - len(case.positions))
+    new_seq = torch.where(exceeds, torch.ones_like(seq_lens), seq_lens + 1)
+    new_seq = new_seq.clamp(max=case.max_model_len)
+    return {
+        "positions": clamped.tolist(),
+        "slot_mapping": slot.tolist() + pad,
+        "seq_lens": new_seq.tolist(),
+    }
+
+
+def _block_table(case: StepCase) -> Any:
+    import torch
+
+    rows = len(case.positions)
+    ids = 1 + torch.arange(rows * case.n_blocks_per_req, dtype=torch.int32)
+    return (ids * 7 % 100003).view(rows, case.n_blocks_per_req)
+
+
+def interpret_step(cases: list[StepCase]) -> list[dict[str, Any]]:
+    """Run the tree's step kernel through its real wrapper on CPU tensors
+    (``TRITON_INTERPRET=1`` must be set before Triton is imported); the
+    outputs, and the reference's, per case."""
+    import os
+
+    import torch
+
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    from vllm.v1.spec_decode.utils import eagle_step_update_slot_mapping_and_metadata
+
+    out = []
+    for case in cases:
+        table = _block_table(case)
+        b = len(case.positions)
+        positions = torch.tensor(case.positions, dtype=torch.int64)
+        seq_lens = torch.tensor(case.seq_lens, dtype=torch.int32)
+        out_positions = torch.full((b,), -7, dtype=torch.int64)
+        out_slots = torch.full((case.input_batch_size,), -7, dtype=torch.int64)
+        eagle_step_update_slot_mapping_and_metadata(
+            positions_1d=positions,
+            block_table_tensor=table,
+            seq_lens=seq_lens,
+            block_size=case.block_size,
+            max_model_len=case.max_model_len,
+            out_clamped_positions=out_positions,
+            out_slot_mapping=out_slots,
+            input_batch_size=case.input_batch_size,
+        )
+        got = {
+            "positions": out_positions.tolist(),
+            "slot_mapping": out_slots.tolist(),
+            "seq_lens": seq_lens.tolist(),
+        }
+        out.append({"got": got, "ref": ref_step(case, table)})
+    return out
+
+
+def _main() -> None:  # pragma: no cover - subprocess entry and manual exploration
     import json
     import sys
     import time
 
     from dsv4warmup.serving import FLASH
 
-    runner = sys.argv[1] if len(sys.argv) > 1 else "v1"
-    changes = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-    cfg = FLASH.replace(**changes)
-    t = time.time()
-    keys = runtime_keys(cfg, runner)
-    for kernel, found in keys.items():
-        print(kernel, len(found))
-        for key, witness in found.items():
-            print("   ", witness, "|", key[0])
-    print(f"{time.time() - t:.1f}s")
+    command = sys.argv[1]
+    if command == "report":
+        result: Any = report(json.loads(sys.argv[2]))
+    elif command == "interpret":
+        result = interpret_step([StepCase(**c) for c in json.loads(sys.argv[2])])
+    else:  # runtime RUNNER [CHANGES]
+        runner = sys.argv[2]
+        changes = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+        t = time.time()
+        keys = runtime_keys(FLASH.replace(**changes), runner)
+        for kernel, found in keys.items():
+            print(kernel, len(found))
+            for key, witness in found.items():
+                print("   ", witness, "|", key[0])
+        print(f"{time.time() - t:.1f}s")
+        return
+    sys.stdout.write("\n" + json.dumps(result) + "\n")
 
 
 if __name__ == "__main__":  # pragma: no cover
