@@ -554,6 +554,161 @@ def register(vllm_config: Any, runner: str) -> None:
 __all__ = ["KERNELS", "register", "runtime_keys"]
 
 
+# --- the call sites on a device, with data (GPU tests, interpreter) -------------
+
+
+def drafter_geometry(cfg: ServingConfig) -> tuple[int, int]:
+    """(block size, block-table columns) of the V1 drafter's KV-cache group
+    for ``cfg``, as :func:`runtime_keys` finds them (meta-device models)."""
+    with _runner_env("v1"):
+        config = engine.vllm_config(cfg)
+        built = _build_models(config, "v1", with_target=True)
+        proposer = make_proposer(config)
+        geo = _drafter_geometry(built, proposer)
+        return proposer.block_size, int(geo.block_table.get_device_tensor(1).shape[1])
+
+
+class _DeviceEngine:
+    """The V1 runner's buffers for the drafter on ``device`` (the layout of
+    ``dsv4warmup.callsites.spec_decode._Engine``, 0.33.0's block table)."""
+
+    def __init__(self, cfg: ServingConfig, device: Any, padded: bool) -> None:
+        import numpy as np
+        import torch
+        from vllm.v1.utils import CpuGpuBuffer
+        from vllm.v1.worker.block_table import BlockTable
+
+        from dsv4warmup.callsites import spec_decode as cs
+
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.padded = padded
+        block_size, width = drafter_geometry(cfg)
+        n = cfg.max_num_seqs
+        self.block_table = BlockTable(
+            block_size, n, width, cfg.max_num_batched_tokens, False, self.device, 1
+        )
+        # Distinct block ids per request; only the kernels' outputs read them.
+        table = self.block_table.block_table
+        table.np[:] = 1 + np.arange(n * width, dtype=np.int32).reshape(n, width)
+        table.copy_to_gpu(n)
+        self.query_start_loc = CpuGpuBuffer(
+            n + 1, dtype=torch.int32, device=self.device, pin_memory=False
+        )
+        self.seq_lens = torch.zeros(n, dtype=torch.int32, device=self.device)
+        self.optimistic_seq_lens_cpu = torch.zeros(n, dtype=torch.int32)
+        self.discard_request_mask = CpuGpuBuffer(
+            n, dtype=torch.bool, device=self.device, pin_memory=False
+        )
+        self.proposer = cs._make_proposer(cfg, self.device, mrope=False)
+        self.proposer.block_size = block_size
+
+    @property
+    def k(self) -> int:
+        return self.cfg.num_speculative_tokens
+
+
+def _common_attn_metadata(eng: _DeviceEngine, data: Any, step: Any) -> Any:
+    """``GPUModelRunner._build_attention_metadata`` for the drafter's group,
+    padded to the target's graph size, then ``unpadded``."""
+    import numpy as np
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    from dsv4warmup.callsites import spec_decode as cs
+
+    r = step.num_reqs
+    uniform = all(q == step.num_sampled for q in data.query_lens)
+    r_pad = r
+    if uniform and eng.padded:
+        size = cs.cudagraph_size(eng.cfg, r * step.num_sampled)
+        if size is not None:
+            r_pad = min(size // step.num_sampled, eng.cfg.max_num_seqs)
+    qsl = eng.query_start_loc
+    qsl.np[0] = 0
+    np.cumsum(data.query_lens, out=qsl.np[1 : r + 1])
+    qsl.np[r + 1 : r_pad + 1] = qsl.np[r]
+    qsl.copy_to_gpu(r_pad + 1)
+    num_tokens = int(qsl.np[r])
+    eng.optimistic_seq_lens_cpu[:r] = torch.tensor(data.seq_lens, dtype=torch.int32)
+    eng.optimistic_seq_lens_cpu[r:r_pad] = 0
+    eng.seq_lens[:r_pad].copy_(eng.optimistic_seq_lens_cpu[:r_pad])
+    bt = eng.block_table
+    seq_lens_cpu = eng.optimistic_seq_lens_cpu[:r_pad].clone()
+    cm = CommonAttentionMetadata(
+        query_start_loc=qsl.gpu[: r_pad + 1],
+        query_start_loc_cpu=qsl.cpu[: r_pad + 1].clone(),
+        seq_lens=eng.seq_lens[:r_pad],
+        seq_lens_cpu_upper_bound=seq_lens_cpu,
+        num_reqs=r_pad,
+        num_actual_tokens=num_tokens,
+        max_query_len=max(data.query_lens),
+        max_seq_len=max(data.seq_lens),
+        block_table_tensor=bt.get_device_tensor(r_pad),
+        slot_mapping=bt.slot_mapping.gpu[:num_tokens],
+        causal=True,
+    )
+    return cm.unpadded(num_tokens, r) if r_pad != r else cm
+
+
+def run_call_sites(
+    cfg: ServingConfig,
+    *,
+    device: Any,
+    check: Any,
+    padded: bool = True,
+    batch_sizes: list[int] | None = None,
+    eagle: bool = True,
+) -> int:
+    """The V1 drafter's helper call sites and the MTP ``compute_logits`` on
+    ``device`` with data, every launch's outputs passed to ``check(kernel,
+    io)`` (names and torch references of ``dsv4warmup.callsites.spec_decode``):
+    every request count and sampled-token width, discarded requests, nothing
+    or everything accepted, prefill chunks, positions at ``max_model_len``,
+    CUDA-graph padding. ``eagle=False``: Model Runner V2, which launches only
+    the MTP norm of these. Returns the number of steps."""
+    from dsv4warmup.callsites import spec_decode as cs
+
+    count = 0
+    with contextlib.ExitStack() as stack:
+        if str(device) == "cpu":
+            # No page-locked host memory without an accelerator.
+            for module in (
+                "vllm.v1.utils",
+                "vllm.utils.torch_utils",
+                "vllm.v1.spec_decode.llm_base_proposer",
+            ):
+                stack.enter_context(mock.patch(f"{module}.PIN_MEMORY", False))
+        stack.enter_context(mock.patch.object(cs, "_common_attn_metadata", _common_attn_metadata))
+        eng = _DeviceEngine(cfg, device, padded)
+        for seed, step in enumerate(cs.steps(cfg, batch_sizes) if eagle else ()):
+            cs._run_step(eng, step, seed, check)  # type: ignore[arg-type]
+            count += 1
+        k, n = cfg.num_speculative_tokens, cfg.max_num_seqs
+        for num_tokens in sorted({1, 2, 3, 16, 17, 33, n, n * k}):
+            cs._mtp_compute_logits(eng, num_tokens, check)  # type: ignore[arg-type]
+            count += 1
+    return count
+
+
+def warm_registry(vllm_config: Any, runner: str) -> Any:
+    """A real ``JitWarmupRegistry`` holding what ``runner``'s start-up
+    registers of these kernels (:func:`register` in the lifecycle's steps,
+    the runner's active steps only); call its ``warmup()``."""
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    from . import lifecycle
+
+    active = lifecycle.active_steps(runner)
+    with lifecycle.registrations() as recorded:
+        _register_own_kernels(vllm_config, runner)
+    registry = JitWarmupRegistry(vllm_config)
+    for r in recorded:
+        if r.step in active:
+            registry._add(r.kernel, r.args, r.kwargs)
+    return registry
+
+
 # --- test entry points (run in the interpreter that imports a tree) -------------
 
 
