@@ -50,6 +50,8 @@ _installed: Gpu | None = None
 def _stub_compiled_ops() -> None:
     for name in _STUB_MODULES:
         sys.modules.setdefault(name, types.ModuleType(name))
+    if getattr(_stub_compiled_ops, "lib", None) is not None:
+        return  # a second Library would drop the first one's ops when it dies
     import torch
 
     if hasattr(_stub_compiled_ops, "lib"):
