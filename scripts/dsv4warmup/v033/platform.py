@@ -54,8 +54,6 @@ def _stub_compiled_ops() -> None:
         return  # a second Library would drop the first one's ops when it dies
     import torch
 
-    if hasattr(_stub_compiled_ops, "lib"):
-        return  # a second Library would drop the first one's definitions when it dies
     lib = torch.library.Library("_C", "FRAGMENT")
     for op in _CAPABILITY_QUERIES:
         try:
