@@ -107,8 +107,6 @@ def _device_properties(gpu: platform.Gpu) -> Any:
 
 def _permissive_op_namespaces() -> None:
     import torch
-    import torch._ops
-
     import vllm._custom_ops  # noqa: F401  registers fakes for the ops that exist
 
     class Namespace:

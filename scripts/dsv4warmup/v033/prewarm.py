@@ -6,8 +6,10 @@ Run in a fresh interpreter that imports the tree
 the last stdout line is the JSON answer:
 
 * ``cli CASES_JSON``: each case is an argv list for ``vllm`` (or
-  ``{"argv": [...], "env": {...}, "record": true}``); each answer holds the
-  exit code, stdout and stderr of the tree's own CLI ``main()``, and with
+  ``{"argv": [...], "serving": {...}, "env": {...}, "record": true}``, where
+  ``serving`` puts ``vllm warmup-kernels`` and the flags of ``FLASH`` with
+  those fields replaced in front of ``argv``); each answer holds the exit
+  code, stdout and stderr of the tree's own CLI ``main()``, and with
   ``record`` the exact keys its (non-dry-run) warmup launched, per kernel row,
   as :func:`.lifecycle.warmed_keys` names and records them;
 * ``lifecycle CFG_JSON``: for a serving configuration and a runner, the exact
@@ -31,7 +33,8 @@ from . import cpu_cli, engine
 
 
 def serve_flags(cfg: ServingConfig, model: str) -> list[str]:
-    """``cfg`` as ``vllm serve`` flags (what :func:`.engine.vllm_config` passes)."""
+    """``cfg`` as ``vllm serve`` flags (what :func:`.engine.vllm_config` passes,
+    but the tokenizer: ``vllm serve`` loads it, the pre-warm never does)."""
     kwargs = engine.engine_args_kwargs(cfg, engine.model_dir(cfg))
     argv = [model]
     for name, value in kwargs.items():
@@ -100,6 +103,28 @@ def run_cli(argv: list[str], env: dict[str, str] | None = None, record: bool = F
     return answer
 
 
+def _launched_rows(kernel: Any, keys: Any, groups: list[tuple[str, Any]]) -> set[str]:
+    """The audit rows (Triton functions, TileLang factories) ``kernel``'s
+    compile of ``keys`` launches, recorded without compiling."""
+    from dsv4warmup import triton_keys
+
+    from . import lifecycle
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(lifecycle.cpu_triton_driver())
+        launches = stack.enter_context(triton_keys.record_launches())
+        elsewhere = [
+            stack.enter_context(mod.record_compiles())
+            for _, mod in groups
+            if hasattr(mod, "record_compiles")
+        ]
+        kernel.compile_many(keys)
+    found = set(triton_keys.keys_by_kernel(launches))
+    for extra in elsewhere:
+        found.update(extra)
+    return found
+
+
 def lifecycle_side(cfg: ServingConfig, runner: str) -> dict:
     """What the lifecycle records for ``runner`` once drafter registrations are
     active (as the runner patches of the kernel groups make them)."""
@@ -117,33 +142,35 @@ def lifecycle_side(cfg: ServingConfig, runner: str) -> dict:
         active = original(runner) | {"drafter_model"}
         lifecycle.active_steps = lambda r: active  # type: ignore[assignment]
         try:
+            with lifecycle.registrations() as recorded:
+                for _, mod in groups:
+                    mod.register(vllm_config, runner)
+            registry = JitWarmupRegistry(vllm_config)
+            for r in recorded:
+                if r.step in active:
+                    registry._add(r.kernel, r.args, r.kwargs)
+            compile_keys: dict[str, list[str]] = {}
+            rows: dict[str, list[str]] = {}  # audit row -> kernels launching it
+            for kernel, keys in registry.warmup_keys():
+                name = offline_warmup.kernel_name(kernel)
+                compile_keys[name] = sorted(offline_warmup.describe_key(k) for k in keys)
+                for row in _launched_rows(kernel, keys, groups):
+                    rows.setdefault(row, []).append(name)
             run = lifecycle.warmed_keys(
                 vllm_config,
                 runner,
                 [mod.register for _, mod in groups],
                 [mod.record_compiles for _, mod in groups if hasattr(mod, "record_compiles")],
             )
-            with lifecycle.registrations() as recorded:
-                for _, mod in groups:
-                    mod.register(vllm_config, runner)
         finally:
             lifecycle.active_steps = original  # type: ignore[assignment]
-        registry = JitWarmupRegistry(vllm_config)
-        for r in recorded:
-            if r.step in active:
-                registry._add(r.kernel, r.args, r.kwargs)
-        compile_keys = {
-            offline_warmup.kernel_name(kernel): sorted(
-                offline_warmup.describe_key(k) for k in keys
-            )
-            for kernel, keys in registry.warmup_keys()
-        }
     return {
         "groups": [name for name, _ in groups],
         "kernels": [k for _, mod in groups for k in mod.KERNELS],
         "active": sorted(active),
         "keys": _keys_json(run.keys),
         "compile_keys": compile_keys,
+        "rows": rows,
     }
 
 
@@ -155,7 +182,11 @@ def main(argv: list[str]) -> None:
         for case in cases:
             if isinstance(case, list):
                 case = {"argv": case}
-            answers.append(run_cli(case["argv"], case.get("env"), case.get("record", False)))
+            argv = case["argv"]
+            if "serving" in case:
+                cfg = FLASH.replace(**case["serving"])
+                argv = ["warmup-kernels", *serve_flags(cfg, str(engine.model_dir(cfg))), *argv]
+            answers.append(run_cli(argv, case.get("env"), case.get("record", False)))
         result: Any = answers
     elif mode == "lifecycle":
         spec = json.loads(arg)
