@@ -108,7 +108,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     cases = {**invalid, **other}
     jobs = {"cases": ("cli", json.dumps(list(cases.values())))}
-    for runner in RUNNERS if _groups() else RUNNERS[:1]:
+    for runner in RUNNERS:
         cli: list[dict[str, Any]] = [
             {"serving": {}, "argv": ["--dry-run", "--json"], "env": ENV[runner]}
         ]
@@ -154,6 +154,20 @@ def test_prewarm_compiles_what_the_runner_lifecycle_compiles(
             assert listed.get(name) == lifecycle["compile_keys"][name], f"{runner}: {name}"
     # The drafter's kernel is among them (its registration needs the drafter step).
     assert "MTPSharedHeadRMSNormKernel" in listed
+
+
+def test_each_runner_collects_its_own_set_up(runs: dict[str, Any]) -> None:
+    """Both runners build the MTP drafter; only V1 builds the EAGLE proposer
+    with its registry active (V2 builds its speculator outside it)."""
+    listed = {
+        runner: {k["name"] for k in _summary(runs[f"cli {runner}"][0])["kernels"]}
+        for runner in RUNNERS
+    }
+    eagle = {"_eagle_prepare_inputs_padded", "_eagle_prepare_next_token_padded"}
+    for runner in RUNNERS:
+        assert {"MTPSharedHeadRMSNormKernel", "MhcPreBigFuseTileLangKernel"} <= listed[runner]
+    assert eagle <= listed["v1"] and not eagle & listed["v2"]
+    assert "_rejection_greedy_sample" in listed["v1"]
 
 
 def test_dry_run_json_is_the_only_stdout(runs: dict[str, Any]) -> None:

@@ -5,14 +5,16 @@ tree's own ``vllm.entrypoints.cli.main.main()`` after :func:`install`. Model
 constructors then build on fake tensors as they do on the GPU; what this
 machine lacks is stood in for:
 
-* the platform answers as an NVIDIA GPU (:mod:`.platform`);
+* the platform answers as an NVIDIA GPU (:mod:`.platform`), without pinned
+  host memory;
 * packages a CUDA install of vLLM brings but this machine has not (CuTeDSL
-  ``cutlass``, ``cuda.bindings``, ``quack``, TileLang, DeepGEMM, vLLM's
+  ``cutlass``, ``cuda.bindings``, ``quack``, TileLang, DeepGEMM, FlashInfer, vLLM's
   FlashAttention CuTe sources) import as permissive stand-ins, so the code
   paths that exist on the GPU are taken (e.g. DeepGEMM present, as in vLLM's
   wheel, which vendors it);
 * ``torch.cuda.Stream`` / ``Event`` construct (constructors keep side streams)
-  and ``torch.cuda.get_device_properties`` answers for the GPU (SM count);
+  and ``torch.cuda.get_device_properties`` answers for the GPU (SM count),
+  ``torch.accelerator.current_device_index`` for device 0;
 * compiled vLLM ops resolve to stand-ins that fail if called (constructors only
   look them up);
 * Triton's driver is the lead's sm90 stand-in (:func:`.lifecycle.cpu_triton_driver`),
@@ -40,6 +42,7 @@ _STAND_IN_ROOTS = (
     "quack",
     "tilelang",
     "deep_gemm",
+    "flashinfer",  # the V1 sampler asks it whether it can sample
     # imported by the API server modules the CLI's main() loads, never used
     "uvicorn",
     "watchfiles",
@@ -133,7 +136,9 @@ def install(gpu: platform.Gpu = platform.H200) -> None:
     global _installed
     if _installed:
         return
-    platform.install(gpu)
+    current = platform.install(gpu)
+    # Host buffers are plain memory here (no CUDA allocator to pin them).
+    type(current).is_pin_memory_available = classmethod(lambda cls: False)  # type: ignore[method-assign,assignment]
     with contextlib.suppress(ImportError):
         import tvm_ffi  # noqa: F401  caches "no cuda.bindings" before the stand-ins
     sys.meta_path.insert(0, _StandInFinder())
@@ -142,6 +147,7 @@ def install(gpu: platform.Gpu = platform.H200) -> None:
     torch.cuda.Stream = _NoStream  # type: ignore[misc,assignment]
     torch.cuda.Event = _NoStream  # type: ignore[misc,assignment]
     torch.cuda.get_device_properties = lambda device=None: _device_properties(gpu)  # type: ignore[assignment]
+    torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
     _permissive_op_namespaces()
     _installed = True
 
