@@ -23,9 +23,9 @@ GROUPS = ("spec_decode", "sparse_mla", "mhc")
 MAX_WITNESSES = 3  # per kernel row; the JSON keeps the same number
 
 
-def group_modules() -> list[tuple[str, ModuleType]]:
+def group_modules(groups: tuple[str, ...] = GROUPS) -> list[tuple[str, ModuleType]]:
     out = []
-    for group in GROUPS:
+    for group in groups:
         try:
             out.append((group, importlib.import_module(f"dsv4warmup.v033.{group}")))
         except ModuleNotFoundError as e:
@@ -43,21 +43,21 @@ def _witness_sort_key(item: tuple[Any, str]) -> tuple[int, str]:
     return (len(item[1]), item[1])
 
 
-def rows_for(cfg: ServingConfig) -> list[Row]:
-    """Rows for every (runner, kernel) of the importable 0.33.0 tree."""
+def rows_for(cfg: ServingConfig, groups: tuple[str, ...] | None = None) -> list[Row]:
+    """Rows for every (runner, kernel) of ``groups`` in the importable 0.33.0 tree."""
     vllm_config = engine.vllm_config(cfg)
     default = default_runner(vllm_config)
-    groups = group_modules()
+    groups_ = group_modules(groups or GROUPS)
     rows: list[Row] = []
     for runner in lifecycle.RUNNERS:
         run = lifecycle.warmed_keys(
             vllm_config,
             runner,
-            [mod.register for _, mod in groups],
-            [mod.record_compiles for _, mod in groups if hasattr(mod, "record_compiles")],
+            [mod.register for _, mod in groups_],
+            [mod.record_compiles for _, mod in groups_ if hasattr(mod, "record_compiles")],
         )
         label = f"{runner} (default)" if runner == default else runner
-        for group, mod in groups:
+        for group, mod in groups_:
             runtime = mod.runtime_keys(cfg, runner)
             for kernel in mod.KERNELS:
                 rt = runtime.get(kernel, {})

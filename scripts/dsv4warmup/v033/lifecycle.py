@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
