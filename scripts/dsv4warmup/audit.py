@@ -81,7 +81,9 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
             lambda group: json_from_tree(tree, "-m", "dsv4warmup.audit", overrides, group),
             V033_GROUPS,
         )
-        return [Row(**r) for rows in results for r in rows]
+        rows = [Row(**r) for rows in results for r in rows]
+    # one table per runner, the default first (a stable sort keeps group order)
+    return sorted(rows, key=lambda r: (not r.runner.endswith("(default)"), r.runner))
 
 
 def format_table(title: str, rows: list[Row]) -> str:

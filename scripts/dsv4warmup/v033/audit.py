@@ -11,6 +11,7 @@ the kernels). Both run in the interpreter that imports the tree.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -39,6 +40,26 @@ def default_runner(vllm_config: Any) -> str:
     return "v2" if getattr(vllm_config, "use_v2_model_runner", True) else "v1"
 
 
+def _owned_by(groups: list[tuple[str, ModuleType]]) -> Callable[[Any], bool]:
+    """Registered kernels the audited groups own: a group's ``owns(kernel)``,
+    else a Triton owner whose kernel is one of the group's rows."""
+    from dsv4warmup.triton_keys import kernel_name
+
+    def keep(kernel: Any) -> bool:
+        for _, mod in groups:
+            owns = getattr(mod, "owns", None)
+            if owns is not None:
+                if owns(kernel):
+                    return True
+                continue
+            triton_fn = getattr(kernel, "kernel", None)
+            if triton_fn is not None and kernel_name(triton_fn) in mod.KERNELS:
+                return True
+        return False
+
+    return keep
+
+
 def _witness_sort_key(item: tuple[Any, str]) -> tuple[int, str]:
     return (len(item[1]), item[1])
 
@@ -55,6 +76,7 @@ def rows_for(cfg: ServingConfig, groups: tuple[str, ...] | None = None) -> list[
             runner,
             [mod.register for _, mod in groups_],
             [mod.record_compiles for _, mod in groups_ if hasattr(mod, "record_compiles")],
+            keep=_owned_by(groups_),
         )
         label = f"{runner} (default)" if runner == default else runner
         for group, mod in groups_:
@@ -74,7 +96,7 @@ def rows_for(cfg: ServingConfig, groups: tuple[str, ...] | None = None) -> list[
                         len(wk - set(rt)),
                         group,
                         runner=label,
-                        witnesses=[w for _, w in missing[:MAX_WITNESSES]],
+                        witnesses=list(dict.fromkeys(w for _, w in missing))[:MAX_WITNESSES],
                     )
                 )
     return rows

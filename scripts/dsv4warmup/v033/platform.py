@@ -48,9 +48,6 @@ _installed: Gpu | None = None
 
 
 def _stub_compiled_ops() -> None:
-    if hasattr(_stub_compiled_ops, "lib"):
-        # A second Library would replace the first, whose release drops the ops.
-        return
     for name in _STUB_MODULES:
         sys.modules.setdefault(name, types.ModuleType(name))
     if getattr(_stub_compiled_ops, "lib", None) is not None:
