@@ -40,14 +40,7 @@ def run_interpreted(test_file: str) -> None:
 
 def pytest_outcomes(junit_xml: Path) -> dict[str, str]:
     """``{classname::name: passed | failed | error | skipped}`` of a pytest
-    run's ``--junitxml`` report: what ran, without parsing its console text."""
-    import xml.etree.ElementTree as ET
+    run's ``--junitxml`` report."""
+    from dsv4warmup.junit import outcomes
 
-    outcomes: dict[str, str] = {}
-    for case in ET.parse(junit_xml).getroot().iter("testcase"):
-        kinds = {child.tag for child in case} & {"failure", "error", "skipped"}
-        outcome = "failed" if "failure" in kinds else "error" if "error" in kinds else None
-        if outcome is None:
-            outcome = "skipped" if "skipped" in kinds else "passed"
-        outcomes[f"{case.get('classname')}::{case.get('name')}"] = outcome
-    return outcomes
+    return outcomes(junit_xml)
