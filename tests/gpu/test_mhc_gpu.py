@@ -125,6 +125,35 @@ def test_startup_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> 
     assert "hc_head_fuse_tilelang" in misses, "the compile counter saw no compile"
 
 
+def test_sentinel_reports_a_real_tilelang_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VLLM_DSV4_JIT_SENTINEL=raise sees a real TileLang compile: the hc_head
+    wrapper with epsilons no cache holds (random per run, so not even the
+    disk cache, whose loads do not log) compiles a fresh key."""
+    _need_cuda()
+    import random
+
+    import torch
+    from vllm.model_executor.kernels.mhc import tilelang as mhc
+    from vllm.model_executor.warmup import deepseek_v4_jit_sentinel as sentinel
+
+    monkeypatch.setenv(sentinel.ENV, "raise")
+    # TileLang's default; the sentinel reads the line it enables.
+    monkeypatch.setenv("TILELANG_PRINT_ON_COMPILATION", "1")
+    assert sentinel.arm()
+    hidden, hc = 4096, 4
+    residual = torch.randn(8, hc, hidden, device="cuda", dtype=torch.bfloat16)
+    fn = torch.randn(hc, hc * hidden, device="cuda") * 1e-4
+    scale = torch.randn(1, device="cuda") * 0.1
+    base = torch.randn(hc, device="cuda") * 0.1
+    eps = 1e-6 * (1.0 + random.random())
+    with (
+        count_compiles() as misses,
+        pytest.raises(sentinel.JitAfterWarmupError, match="hc_head_fuse_tilelang"),
+    ):
+        mhc.hc_head_fused_kernel_tilelang(residual, fn, scale, base, eps, eps)
+    assert misses == ["hc_head_fuse_tilelang"]
+
+
 def _tree() -> Path:
     return Path(os.environ["DSV4_VLLM_TREE"])
 
