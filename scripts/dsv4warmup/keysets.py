@@ -43,15 +43,25 @@ _MODELS = {"flash": FLASH, "pro": PRO}
 class Sweep:
     """One driver run: ``group``'s call sites over a configuration."""
 
-    group: str  # module under dsv4warmup.callsites
+    group: str  # spec_decode | sparse_mla | mhc
     name: str
     model: str = "flash"  # FLASH or PRO
     config: dict[str, Any] = field(default_factory=dict)  # ServingConfig changes
     options: dict[str, Any] = field(default_factory=dict)  # driver keywords
+    # The call-site driver; default dsv4warmup.callsites.<group>. A base with
+    # another layout names its own (same functions: runtime_keys, or for mhc
+    # launched_keys_by_tokens + pristine_token_counts).
+    driver: str = ""
 
     @property
     def id(self) -> str:
         return f"{self.group}/{self.name}"
+
+    @property
+    def driver_module(self) -> Any:
+        import importlib
+
+        return importlib.import_module(self.driver or f"dsv4warmup.callsites.{self.group}")
 
     def serving_config(self) -> ServingConfig:
         config = {k: tuple(v) if isinstance(v, list) else v for k, v in self.config.items()}
@@ -237,16 +247,12 @@ def _triton_named(kernel: str, key: tuple[Any, ...]) -> NamedKey:
 
 
 def _triton_key_sets(sweep: Sweep) -> dict[str, set[NamedKey]]:
-    import importlib
-
-    module: Any = importlib.import_module(f"dsv4warmup.callsites.{sweep.group}")
-    keys = module.runtime_keys(sweep.serving_config(), **sweep.options)
+    keys = sweep.driver_module.runtime_keys(sweep.serving_config(), **sweep.options)
     return {k: {_triton_named(k, key) for key in v} for k, v in keys.items() if v}
 
 
 def _mhc_key_sets(sweep: Sweep) -> dict[str, set[NamedKey]]:
-    from .callsites import mhc
-
+    mhc = sweep.driver_module
     cfg = sweep.serving_config()
     counts = mhc.pristine_token_counts(cfg)
     launched = mhc.launched_keys_by_tokens(cfg, counts, sweep.options["deep_gemm"])
