@@ -47,7 +47,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = tmp_path_factory.mktemp("audit") / "audit.json"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = main(["audit", "--json-out", str(path)])
+        rc = main(["audit", "--base", "0.26.0", "--json-out", str(path)])
     print(out.getvalue())  # shown with -s / on failure
     return {"rc": rc, "json": json.loads(path.read_text()), "stdout": out.getvalue()}
 
@@ -151,7 +151,7 @@ def test_dropping_a_warmup_call_fails_the_audit(
 ) -> None:
     _in_process(monkeypatch, drop)
     path = tmp_path / "audit.json"
-    rc = main(["audit", "--json-out", str(path)])
+    rc = main(["audit", "--base", "0.26.0", "--json-out", str(path)])
     rows = _by_kernel(json.loads(path.read_text())["patched"])
     row = rows[KERNEL]
     missing = sum(r["missing"] for r in rows.values())

@@ -25,7 +25,7 @@ def run_cli(*args: str) -> int:
 
 
 def test_supported_bases() -> None:
-    assert BASES == ["0.25.1", "0.26.0"]
+    assert BASES == ["0.25.1", "0.26.0", "0.33.0"]
 
 
 @pytest.mark.parametrize("base", BASES)
