@@ -365,11 +365,19 @@ def _from_json(data: dict[str, dict[str, list[list[list[str]]]]]) -> KeySets:
 
 
 def key_sets_of_tree(tree: Path, sweep_list: list[Sweep]) -> KeySets:
-    """:func:`record` in a fresh interpreter importing ``tree``."""
+    """:func:`record` in a fresh interpreter importing ``tree``; one per kernel
+    group when the sweeps name their own drivers (0.33.0's stand in for
+    different GPU-only packages, and vLLM caches what it finds installed)."""
     from .trees import json_from_tree
 
-    arg = json.dumps([asdict(s) for s in sweep_list])
-    return _from_json(json_from_tree(tree, "-m", "dsv4warmup.keysets", arg))
+    batches: dict[str, list[Sweep]] = {}
+    for sweep in sweep_list:
+        batches.setdefault(sweep.group if sweep.driver else "", []).append(sweep)
+    out: KeySets = {}
+    for batch in batches.values():
+        arg = json.dumps([asdict(s) for s in batch])
+        out.update(_from_json(json_from_tree(tree, "-m", "dsv4warmup.keysets", arg)))
+    return out
 
 
 # --- comparison ----------------------------------------------------------------
