@@ -165,15 +165,16 @@ def main(argv: list[str] | None = None) -> int:
             stale = REPO / ".lab" / "trees" / "patched.tgz"
             if len(lab_trees) == 1 and stale.exists():
                 stale.unlink()  # another base's: gpu-run.sh builds this one's
+            lab_series = series.load(args.base) if args.base in series.available_bases() else None
             for name, path in lab_trees:
+                # the series' test edits must find their files when it is applied there
+                wanted = (
+                    [*lab_series.touched_files, *lab_series.overlay_files] if lab_series else []
+                )
                 extra = tuple(
                     rel
-                    for rel in (
-                        series.load(args.base).overlay_files
-                        if args.base in series.available_bases()
-                        else ()
-                    )
-                    if rel.startswith("tests/") and name == "patched"
+                    for rel in wanted
+                    if rel.startswith("tests/") and (name == "patched" or (path / rel).is_file())
                 )
                 print(lab.pack(path, REPO / ".lab" / "trees" / f"{name}.tgz", extra))
         elif args.cmd == "audit":
