@@ -167,14 +167,14 @@ def main(argv: list[str] | None = None) -> int:
                 stale.unlink()  # another base's: gpu-run.sh builds this one's
             lab_series = series.load(args.base) if args.base in series.available_bases() else None
             for name, path in lab_trees:
-                # the series' test edits must find their files when it is applied there
+                # the files outside vllm/ the series edits (tests, docs) must be there to apply it
                 wanted = (
                     [*lab_series.touched_files, *lab_series.overlay_files] if lab_series else []
                 )
                 extra = tuple(
                     rel
                     for rel in wanted
-                    if rel.startswith("tests/") and (name == "patched" or (path / rel).is_file())
+                    if not rel.startswith("vllm/") and (name == "patched" or (path / rel).is_file())
                 )
                 print(lab.pack(path, REPO / ".lab" / "trees" / f"{name}.tgz", extra))
         elif args.cmd == "audit":
