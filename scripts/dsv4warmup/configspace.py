@@ -1,0 +1,409 @@
+"""The space of DeepSeek V4 serving configurations the kernels' keys depend on.
+
+A point of the space is a ``vllm serve`` command line (vLLM's own flag names)
+plus two device facts that are not flags: the GPU (its SM count: H100 / H200
+132, B200 148; its compute capability) and whether vLLM uses DeepGEMM
+(``VLLM_USE_DEEP_GEMM``). The model is DeepSeek V4 Flash or Pro (a generated
+``config.json`` with the model's dimensions, or the user's ``--model`` /
+``--hf-config-path``).
+
+Which points are valid is not decided here: a drawn command line is parsed by
+the tree's own serve argument parser and resolved through the tree's own
+``EngineArgs.create_engine_config`` (:func:`resolve`, in the interpreter that
+imports the tree). What vLLM refuses is rejected (hypothesis ``assume``), never
+clamped; what vLLM accepts is audited with the configuration vLLM resolved
+(defaults filled in: token budget, capture sizes, ...).
+
+Dimensions (bounded by what vLLM accepts, not by a sample):
+
+* ``--max-model-len`` 1 … 1M (vLLM: positive, ≤ the model's
+  ``max_position_embeddings``), drawn log-uniformly plus the branch points of
+  the key derivations: below / at / above the sliding window (128) and the
+  compress ratios (4, 128), one KV block, one token;
+* ``--max-num-batched-tokens`` 1 … 64k or vLLM's default (vLLM refuses a budget
+  below ``max_num_seqs`` or ``max_model_len`` without chunked prefill, and says
+  so); ``--max-num-seqs`` 1 … 1024 or default;
+* ``--block-size``: any positive int (vLLM and the model's KV layout decide);
+* MTP off or ``num_speculative_tokens`` 1 … 4;
+* ``--tensor-parallel-size`` 1, 2, 4, 8;
+* CUDA-graph capture sizes: vLLM's default, ``--enforce-eager``, or an explicit
+  list ``--cuda-graph-sizes``-style via ``--compilation-config``;
+* GPU h100 / h200 / b200; DeepGEMM on / off.
+
+Not drawn: decode context parallelism (``-dcp``): the call-site drivers do not
+model its sharded KV layout yet (see docs); an audit of such a command line
+says so instead of auditing something else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .serving import FLASH, PRO, ServingConfig
+
+GPUS = ("h100", "h200", "b200")
+MODELS = {"flash": FLASH, "pro": PRO}
+SM_COUNT = {"h100": 132, "h200": 132, "b200": 148}
+MAX_MODEL_LEN = 1 << 20  # DeepSeek V4's max_position_embeddings (1M)
+
+# Branch points of the key derivations: sliding window, compress ratios, a
+# block, a prefill chunk / capture-size step, powers of two around them.
+BOUNDARY_LENS = (1, 2, 3, 4, 5, 7, 8, 64, 127, 128, 129, 255, 256, 257, 512, 4096)
+
+
+class ConfigError(Exception):
+    """A command line vLLM refuses: ``error: <flag>: <vLLM's message>``."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        self.flag, self.message = flag, " ".join(str(message).split())
+        super().__init__(f"{flag}: {self.message}" if flag else self.message)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the space: serve flags + device facts + model."""
+
+    argv: tuple[str, ...] = ()
+    gpu: str = "h200"
+    deep_gemm: bool = True
+    model: str = "flash"
+
+    def describe(self) -> str:
+        dg = "on" if self.deep_gemm else "off"
+        return f"model={self.model} gpu={self.gpu} deep_gemm={dg} serve {shlex.join(self.argv)}"
+
+
+@dataclass
+class Resolved:
+    cfg: ServingConfig
+    config: dict[str, Any]
+    vllm_config: Any = field(repr=False, default=None)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+def points() -> Any:
+    """Hypothesis strategy over :class:`Point` (command lines vLLM may refuse:
+    :func:`resolve` decides)."""
+    from hypothesis import strategies as st
+
+    def log_int(lo: int, hi: int) -> Any:
+        # log-uniform: small values (the branches) as likely as large ones
+        return st.integers(0, (hi.bit_length() - 1) * 8).map(
+            lambda e: max(lo, min(hi, round(2 ** (e / 8))))
+        )
+
+    lens = st.one_of(st.sampled_from(BOUNDARY_LENS), log_int(1, MAX_MODEL_LEN))
+    budgets = st.one_of(st.none(), st.sampled_from((1, 2, 8, 64, 128, 256)), log_int(1, 1 << 16))
+    seqs = st.one_of(st.none(), st.sampled_from((1, 2, 3)), log_int(1, 1024))
+    blocks = st.one_of(st.none(), st.sampled_from((1, 16, 32, 64, 128, 256)), st.integers(1, 1024))
+    graphs = st.one_of(
+        st.just("default"),
+        st.just("eager"),
+        st.lists(st.integers(1, 512), min_size=1, max_size=6, unique=True).map(sorted),
+    )
+
+    @st.composite
+    def point(draw: Any) -> Point:
+        argv: list[str] = ["--max-model-len", str(draw(lens))]
+        for flag, strat in (
+            ("--max-num-batched-tokens", budgets),
+            ("--max-num-seqs", seqs),
+            ("--block-size", blocks),
+        ):
+            value = draw(strat)
+            if value is not None:
+                argv += [flag, str(value)]
+        argv += ["--tensor-parallel-size", str(draw(st.sampled_from((1, 2, 4, 8))))]
+        argv += ["--kv-cache-dtype", draw(st.sampled_from(("fp8", "auto")))]
+        k = draw(st.integers(0, 4))
+        if k:
+            spec = {"method": "mtp", "num_speculative_tokens": k}
+            argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        g = draw(graphs)
+        if g == "eager":
+            argv.append("--enforce-eager")
+        elif g != "default":
+            cc = {"cudagraph_capture_sizes": g}
+            argv += ["--compilation-config", json.dumps(cc, separators=(",", ":"))]
+        return Point(
+            tuple(argv),
+            gpu=draw(st.sampled_from(GPUS)),
+            deep_gemm=draw(st.booleans()),
+            model=draw(st.sampled_from(tuple(MODELS))),
+        )
+
+    return point()
+
+
+# --------------------------------------------------------------------------- resolution
+# Everything below runs in the interpreter that imports the tree.
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class _ParserError(Exception):
+    pass
+
+
+def _parser() -> Any:
+    """The tree's ``vllm serve`` parser (its own ``make_arg_parser`` when it
+    imports here, else ``AsyncEngineArgs.add_cli_args`` + the model tag);
+    argparse errors raise instead of exiting."""
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    class Parser(FlexibleArgumentParser):
+        def error(self, message: str) -> Any:  # type: ignore[override]
+            raise _ParserError(message)
+
+        def exit(self, status: int = 0, message: str | None = None) -> Any:  # --help
+            raise _ParserError(message or "exit")
+
+    parser = Parser(prog="vllm serve")
+    try:
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+
+        return make_arg_parser(parser)
+    except Exception:  # the API server's deps are not needed for the engine's flags
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        parser = Parser(prog="vllm serve")
+        parser.add_argument("model_tag", nargs="?")
+        return AsyncEngineArgs.add_cli_args(parser)
+
+
+def _parse_error(message: str) -> ConfigError:
+    # argparse: "argument --block-size: invalid int value: '7x'"
+    if message.startswith("argument "):
+        flag, _, rest = message[len("argument ") :].partition(": ")
+        names = flag.split("/")
+        return ConfigError(next((n for n in names if n.startswith("--")), names[0]), rest)
+    if message.startswith("unrecognized arguments:"):
+        return ConfigError(message.split()[2], "unrecognized argument (not a `vllm serve` flag)")
+    return ConfigError("", message)
+
+
+def _check_model_path(flag: str, path: str) -> Path:
+    p = Path(path)
+    cfg = p / "config.json" if p.is_dir() or not p.suffix else p
+    if not p.exists():
+        raise ConfigError(flag, f"{path}: no such file or directory")
+    try:
+        data = json.loads(cfg.read_text())
+    except FileNotFoundError:
+        raise ConfigError(flag, f"{path}: no config.json in it") from None
+    except PermissionError:
+        raise ConfigError(flag, f"{cfg}: not readable (permission denied)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(flag, f"{cfg}: not a readable JSON config ({e})") from None
+    arch = data.get("architectures") or []
+    if data.get("model_type") != "deepseek_v4" and not any("DeepseekV4" in a for a in arch):
+        raise ConfigError(
+            flag,
+            f"{cfg} is not a DeepSeek V4 config (model_type {data.get('model_type')!r}, "
+            f"architectures {arch}); this audit covers DeepSeek V4 only",
+        )
+    return cfg
+
+
+def _engine_error(exc: BaseException) -> ConfigError:
+    """vLLM's refusal as ``(flag, message)``: pydantic errors name the field."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            loc = [str(x) for x in first.get("loc", ()) if not str(x).isdigit()]
+            msg = first.get("msg", str(exc))
+            if loc:
+                return ConfigError(_flag(loc[-1]), msg)
+            return _guess_flag(msg)
+        except Exception:
+            pass
+    return _guess_flag(str(exc) or type(exc).__name__)
+
+
+_FLAG_WORDS = (
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "max_model_len",
+    "block_size",
+    "num_speculative_tokens",
+    "cudagraph_capture_sizes",
+    "tensor_parallel_size",
+    "decode_context_parallel_size",
+    "kv_cache_dtype",
+)
+
+
+def _guess_flag(message: str) -> ConfigError:
+    text = " ".join(message.split())
+    for word in _FLAG_WORDS:
+        if word in text or word.replace("_", "-") in text:
+            flag = "--speculative-config" if word == "num_speculative_tokens" else _flag(word)
+            if word == "cudagraph_capture_sizes":
+                flag = "--compilation-config"
+            return ConfigError(flag, text)
+    return ConfigError("", text)
+
+
+def _explicit(parser: Any, ns: argparse.Namespace) -> dict[str, Any]:
+    """The arguments the command line set (values differing from the parser's defaults)."""
+    default = parser.parse_args([])
+    return {k: v for k, v in vars(ns).items() if getattr(default, k, object()) != v}
+
+
+def resolve(point: Point) -> Resolved:
+    """``point``'s command line as the tree's ``vllm serve`` resolves it.
+
+    Raises :class:`ConfigError` with vLLM's own message where vLLM refuses it.
+    """
+    from dsv4warmup.v033 import engine, platform
+
+    os.environ["DSV4_GPU"] = point.gpu
+    os.environ["VLLM_USE_DEEP_GEMM"] = "1" if point.deep_gemm else "0"
+    gpu = platform.GPUS[point.gpu]
+    platform.install(gpu)
+    parser = _parser()
+    try:
+        ns = parser.parse_args(list(point.argv))
+    except _ParserError as e:
+        raise _parse_error(str(e)) from None
+    given = _explicit(parser, ns)
+    given.pop("model_tag", None)
+    if getattr(ns, "model_tag", None):
+        given["model"] = ns.model_tag
+    for name in ("model", "hf_config_path"):
+        if given.get(name):
+            _check_model_path(_flag(name), given[name])
+    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu])
+    from vllm.engine.arg_utils import EngineArgs
+
+    kwargs = engine.engine_args_kwargs(base, engine.model_dir(base))
+    for name in ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size",
+                 "kv_cache_dtype", "tensor_parallel_size", "speculative_config"):
+        kwargs.pop(name, None)  # vLLM's defaults unless the command line sets them
+    fields = {f for f in EngineArgs.__dataclass_fields__}
+    kwargs.update({k: v for k, v in given.items() if k in fields})
+    try:
+        vllm_config = EngineArgs(**kwargs).create_engine_config()
+    except Exception as e:  # vLLM's refusal: ValueError, pydantic ValidationError, ...
+        raise _engine_error(e) from None
+    if vllm_config.parallel_config.decode_context_parallel_size > 1:
+        raise ConfigError(
+            "--decode-context-parallel-size",
+            "vLLM accepts it, but the audit's call-site drivers do not model DCP's "
+            "sharded KV layout yet; audit with -dcp 1",
+        )
+    return Resolved(_serving_config(vllm_config, base), _config_dict(vllm_config, point),
+                    vllm_config)
+
+
+def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:
+    hf = vc.model_config.hf_config
+    spec = vc.speculative_config
+    k = spec.num_speculative_tokens if spec is not None else 0
+    return base.replace(
+        max_num_seqs=vc.scheduler_config.max_num_seqs,
+        max_num_batched_tokens=vc.scheduler_config.max_num_batched_tokens,
+        max_model_len=vc.model_config.max_model_len,
+        block_size=vc.cache_config.block_size,
+        kv_cache_dtype=vc.cache_config.cache_dtype,
+        num_speculative_tokens=k,
+        speculative_method="mtp" if k else None,
+        tensor_parallel_size=vc.parallel_config.tensor_parallel_size,
+        # None: the drivers rebuild vLLM's own default (an explicit list on the
+        # command line travels with the other flags, :func:`engine_pin`)
+        cudagraph_capture_sizes=None,
+        hidden_size=hf.hidden_size,
+        vocab_size=hf.vocab_size,
+        index_topk=getattr(hf, "index_topk", base.index_topk),
+        sliding_window=getattr(hf, "sliding_window", base.sliding_window) or base.sliding_window,
+        num_nextn_predict_layers=getattr(hf, "num_nextn_predict_layers", 1),
+    )
+
+
+def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
+    spec = vc.speculative_config
+    cc = vc.compilation_config
+    return {
+        "model": str(vc.model_config.model),
+        "max_model_len": vc.model_config.max_model_len,
+        "max_num_batched_tokens": vc.scheduler_config.max_num_batched_tokens,
+        "max_num_seqs": vc.scheduler_config.max_num_seqs,
+        "enable_chunked_prefill": vc.scheduler_config.enable_chunked_prefill,
+        "block_size": vc.cache_config.block_size,
+        "kv_cache_dtype": vc.cache_config.cache_dtype,
+        "speculative_method": spec.method if spec is not None else None,
+        "num_speculative_tokens": spec.num_speculative_tokens if spec is not None else 0,
+        "tensor_parallel_size": vc.parallel_config.tensor_parallel_size,
+        "decode_context_parallel_size": vc.parallel_config.decode_context_parallel_size,
+        "enforce_eager": vc.model_config.enforce_eager,
+        "cudagraph_mode": str(cc.cudagraph_mode),
+        "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes or []),
+        "use_v2_model_runner": bool(getattr(vc, "use_v2_model_runner", True)),
+        "gpu": point.gpu,
+        "sm_count": SM_COUNT[point.gpu],
+        "deep_gemm": point.deep_gemm,
+        "serve_args": list(point.argv),
+    }
+
+
+def main() -> None:
+    """Subprocess entry (tree importable): ``resolve`` + audit each point.
+
+    argv[1]: JSON list of points (``{"argv": [...], "gpu": ..., "deep_gemm": ...,
+    "model": ...}``). Prints one JSON line: a list of ``{"config", "rows"}`` or
+    ``{"error"}`` per point.
+    """
+    from dsv4warmup import audit
+
+    out: list[dict[str, Any]] = []
+    for p in json.loads(sys.argv[1]):
+        point = Point(tuple(p.get("argv", ())), p.get("gpu", "h200"),
+                      bool(p.get("deep_gemm", True)), p.get("model", "flash"))
+        try:
+            res = resolve(point)
+        except ConfigError as e:
+            out.append({"error": str(e), "flag": e.flag})
+            continue
+        engine_pin(res)
+        rows = audit.rows_for(res.cfg)
+        out.append({"config": res.config, "rows": [r.as_dict() for r in rows]})
+    sys.stdout.write("\n" + json.dumps(out) + "\n")
+
+
+def engine_pin(res: Resolved) -> None:
+    """Make the drivers' ``engine.vllm_config(cfg)`` build from the same
+    command line (flags that ``ServingConfig`` has no field for included)."""
+    from dsv4warmup.v033 import engine
+
+    engine.EXTRA_KWARGS[res.cfg] = _extra_kwargs(res)
+
+
+def _extra_kwargs(res: Resolved) -> dict[str, Any]:
+    parser = _parser()
+    ns = parser.parse_args(list(res.config["serve_args"]))
+    given = _explicit(parser, ns)
+    if getattr(ns, "model_tag", None):
+        given["model"] = ns.model_tag
+    from vllm.engine.arg_utils import EngineArgs
+
+    keep = set(EngineArgs.__dataclass_fields__) - {
+        "max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size",
+        "kv_cache_dtype", "tensor_parallel_size",
+    }
+    return {k: v for k, v in given.items() if k in keep}
+
+
+if __name__ == "__main__":
+    main()
