@@ -358,28 +358,121 @@ def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    """Subprocess entry (tree importable): ``resolve`` + audit each point.
+def _is_v033() -> bool:
+    from dsv4warmup.tree import declared_version
 
-    argv[1]: JSON list of points (``{"argv": [...], "gpu": ..., "deep_gemm": ...,
-    "model": ...}``). Prints one JSON line: a list of ``{"config", "rows"}`` or
-    ``{"error"}`` per point.
+    tree = Path(os.environ.get("DSV4_VLLM_TREE", "."))
+    return (declared_version(tree) or "").startswith("0.33.")
+
+
+def resolve_legacy(point: Point) -> Resolved:
+    """0.26.0 / 0.25.1: the command line parsed by the tree's own parser and
+    checked by the tree's own config classes (``SchedulerConfig``,
+    ``CacheConfig``: vLLM's messages); a whole ``EngineArgs`` does not build
+    on CPU there. Flags not given keep the report's deployment (``FLASH``),
+    and the "config" object says so."""
+    from dsv4warmup.v033 import platform
+
+    platform.install(platform.GPUS[point.gpu])  # the parser's device default
+    parser = _parser()
+    try:
+        ns = parser.parse_args(list(point.argv))
+    except _ParserError as e:
+        raise _parse_error(str(e)) from None
+    given = _explicit(parser, ns)
+    if getattr(ns, "model_tag", None):
+        given["model"] = ns.model_tag
+    for name in ("model", "hf_config_path"):
+        if given.get(name):
+            _check_model_path(_flag(name), given[name])
+    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu])
+    changes: dict[str, Any] = {
+        k: given[k]
+        for k in ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size",
+                  "kv_cache_dtype", "tensor_parallel_size")
+        if k in given and given[k] is not None
+    }
+    cfg = base.replace(**changes)
+    if not 1 <= cfg.max_model_len <= MAX_MODEL_LEN:
+        raise ConfigError("--max-model-len", f"must be in 1 … {MAX_MODEL_LEN} (DeepSeek V4's "
+                          f"max_position_embeddings), got {cfg.max_model_len}")
+    from vllm.config.cache import CacheConfig
+    from vllm.config.scheduler import SchedulerConfig
+
+    try:
+        SchedulerConfig(max_model_len=cfg.max_model_len, is_encoder_decoder=False,
+                        max_num_batched_tokens=cfg.max_num_batched_tokens,
+                        max_num_seqs=cfg.max_num_seqs)
+        CacheConfig(block_size=cfg.block_size)
+    except Exception as e:
+        raise _engine_error(e) from None
+    spec = given.get("speculative_config")
+    if spec is not None:
+        spec = dict(spec) if isinstance(spec, dict) else vars(spec)
+        method = spec.get("method")
+        k = spec.get("num_speculative_tokens")
+        if method not in ("mtp", "deepseek_mtp"):
+            raise ConfigError("--speculative-config", f"method {method!r}: the audit covers "
+                              "DeepSeek V4's own MTP drafter ('mtp') only")
+        if not isinstance(k, int) or k < 1:
+            raise ConfigError("--speculative-config",
+                              f"num_speculative_tokens must be an int ≥ 1, got {k!r}")
+        cfg = cfg.replace(speculative_method="mtp", num_speculative_tokens=k)
+    cc = given.get("compilation_config")
+    sizes = getattr(cc, "cudagraph_capture_sizes", None) if cc is not None else None
+    if given.get("enforce_eager"):
+        sizes = []
+    if sizes is not None:
+        cfg = cfg.replace(cudagraph_capture_sizes=tuple(sizes))
+    config = {
+        "max_model_len": cfg.max_model_len,
+        "max_num_batched_tokens": cfg.max_num_batched_tokens,
+        "max_num_seqs": cfg.max_num_seqs,
+        "block_size": cfg.block_size,
+        "kv_cache_dtype": cfg.kv_cache_dtype,
+        "speculative_method": cfg.speculative_method if cfg.num_speculative_tokens else None,
+        "num_speculative_tokens": cfg.num_speculative_tokens,
+        "tensor_parallel_size": cfg.tensor_parallel_size,
+        "cudagraph_capture_sizes": list(cfg.capture_sizes),
+        "gpu": point.gpu,
+        "sm_count": SM_COUNT[point.gpu],
+        "deep_gemm": point.deep_gemm,
+        "serve_args": list(point.argv),
+        "defaults": "flags not given: the report's deployment (serving.FLASH / PRO)",
+    }
+    return Resolved(cfg, config)
+
+
+def main() -> None:
+    """Subprocess entry (tree importable).
+
+    ``main POINTS``: resolve and audit each point (0.33.0 trees);
+    ``main --resolve POINTS``: resolve only (any base), the audit's
+    ``ServingConfig`` overrides in "overrides". argv: a JSON list of points
+    (``{"argv": [...], "gpu": ..., "deep_gemm": ..., "model": ...}``). Prints
+    one JSON line: a list of ``{"config", "rows"|"overrides"}`` or
+    ``{"error", "flag"}``, one per point.
     """
     from dsv4warmup import audit
 
+    resolve_only = sys.argv[1] == "--resolve"
     out: list[dict[str, Any]] = []
-    for p in json.loads(sys.argv[1]):
+    for p in json.loads(sys.argv[-1]):
         point = Point(tuple(p.get("argv", ())), p.get("gpu", "h200"),
                       bool(p.get("deep_gemm", True)), p.get("model", "flash"))
         try:
-            res = resolve(point)
+            res = resolve(point) if _is_v033() else resolve_legacy(point)
         except ConfigError as e:
             out.append({"error": str(e), "flag": e.flag})
+            continue
+        if resolve_only:
+            overrides = {f: getattr(res.cfg, f) for f in res.cfg.__dataclass_fields__}
+            out.append({"config": res.config, "overrides": overrides})
             continue
         engine_pin(res)
         rows = audit.rows_for(res.cfg)
         out.append({"config": res.config, "rows": [r.as_dict() for r in rows]})
-    sys.stdout.write("\n" + json.dumps(out) + "\n")
+    sys.stdout.write("\n" + json.dumps(out, default=list) + "\n")
 
 
 def engine_pin(res: Resolved) -> None:
