@@ -111,9 +111,10 @@ def audit_point(tree: Path, point: Any) -> dict[str, Any]:
     first (their own parser and config classes), then audit."""
     from . import configspace
 
-    arg = json.dumps([dict(argv=list(point.argv), gpu=point.gpu, deep_gemm=point.deep_gemm,
-                           model=point.model)])
-    version = (declared_version_of(tree) or "")
+    arg = json.dumps(
+        [dict(argv=list(point.argv), gpu=point.gpu, deep_gemm=point.deep_gemm, model=point.model)]
+    )
+    version = declared_version_of(tree) or ""
     if version.startswith("0.33."):
         return json_from_tree(tree, "-m", "dsv4warmup.configspace", arg)[0]
     res = json_from_tree(tree, "-m", "dsv4warmup.configspace", "--resolve", arg)[0]

@@ -289,8 +289,15 @@ def resolve(point: Point) -> Resolved:
     from vllm.engine.arg_utils import EngineArgs
 
     kwargs = engine.engine_args_kwargs(base, engine.model_dir(base))
-    for name in ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size",
-                 "kv_cache_dtype", "tensor_parallel_size", "speculative_config"):
+    for name in (
+        "max_model_len",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "block_size",
+        "kv_cache_dtype",
+        "tensor_parallel_size",
+        "speculative_config",
+    ):
         kwargs.pop(name, None)  # vLLM's defaults unless the command line sets them
     fields = {f for f in EngineArgs.__dataclass_fields__}
     kwargs.update({k: v for k, v in given.items() if k in fields})
@@ -304,8 +311,9 @@ def resolve(point: Point) -> Resolved:
             "vLLM accepts it, but the audit's call-site drivers do not model DCP's "
             "sharded KV layout yet; audit with -dcp 1",
         )
-    return Resolved(_serving_config(vllm_config, base), _config_dict(vllm_config, point),
-                    vllm_config)
+    return Resolved(
+        _serving_config(vllm_config, base), _config_dict(vllm_config, point), vllm_config
+    )
 
 
 def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:
@@ -388,21 +396,33 @@ def resolve_legacy(point: Point) -> Resolved:
     base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu])
     changes: dict[str, Any] = {
         k: given[k]
-        for k in ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size",
-                  "kv_cache_dtype", "tensor_parallel_size")
+        for k in (
+            "max_model_len",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "block_size",
+            "kv_cache_dtype",
+            "tensor_parallel_size",
+        )
         if k in given and given[k] is not None
     }
     cfg = base.replace(**changes)
     if not 1 <= cfg.max_model_len <= MAX_MODEL_LEN:
-        raise ConfigError("--max-model-len", f"must be in 1 … {MAX_MODEL_LEN} (DeepSeek V4's "
-                          f"max_position_embeddings), got {cfg.max_model_len}")
+        raise ConfigError(
+            "--max-model-len",
+            f"must be in 1 … {MAX_MODEL_LEN} (DeepSeek V4's "
+            f"max_position_embeddings), got {cfg.max_model_len}",
+        )
     from vllm.config.cache import CacheConfig
     from vllm.config.scheduler import SchedulerConfig
 
     try:
-        SchedulerConfig(max_model_len=cfg.max_model_len, is_encoder_decoder=False,
-                        max_num_batched_tokens=cfg.max_num_batched_tokens,
-                        max_num_seqs=cfg.max_num_seqs)
+        SchedulerConfig(
+            max_model_len=cfg.max_model_len,
+            is_encoder_decoder=False,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_num_seqs=cfg.max_num_seqs,
+        )
         CacheConfig(block_size=cfg.block_size)
     except Exception as e:
         raise _engine_error(e) from None
@@ -412,11 +432,14 @@ def resolve_legacy(point: Point) -> Resolved:
         method = spec.get("method")
         k = spec.get("num_speculative_tokens")
         if method not in ("mtp", "deepseek_mtp"):
-            raise ConfigError("--speculative-config", f"method {method!r}: the audit covers "
-                              "DeepSeek V4's own MTP drafter ('mtp') only")
+            raise ConfigError(
+                "--speculative-config",
+                f"method {method!r}: the audit covers DeepSeek V4's own MTP drafter ('mtp') only",
+            )
         if not isinstance(k, int) or k < 1:
-            raise ConfigError("--speculative-config",
-                              f"num_speculative_tokens must be an int ≥ 1, got {k!r}")
+            raise ConfigError(
+                "--speculative-config", f"num_speculative_tokens must be an int ≥ 1, got {k!r}"
+            )
         cfg = cfg.replace(speculative_method="mtp", num_speculative_tokens=k)
     cc = given.get("compilation_config")
     sizes = getattr(cc, "cudagraph_capture_sizes", None) if cc is not None else None
@@ -443,6 +466,145 @@ def resolve_legacy(point: Point) -> Resolved:
     return Resolved(cfg, config)
 
 
+# Boundaries of the key derivations, audited before any drawn point (one
+# command line exercises several: a prompt shorter than a compress ratio is
+# also shorter than the sliding window and than a block).
+def serve(args: str, **facts: Any) -> Point:
+    """A :class:`Point` from a ``vllm serve`` flag string."""
+    return Point(tuple(shlex.split(args)), **facts)
+
+
+MTP = '{"method":"mtp","num_speculative_tokens":%d}'
+BOUNDARIES: tuple[Point, ...] = (
+    # smallest context: one token, one request, one-token budget, no graphs
+    serve("--max-model-len 1 --max-num-seqs 1 --max-num-batched-tokens 1 --enforce-eager"),
+    # context < C4A ratio and < window, MTP k=4, tiny budget, B200, no DeepGEMM
+    serve(
+        f"--max-model-len 3 --max-num-seqs 2 --max-num-batched-tokens 5 -sc '{MTP % 4}'",
+        gpu="b200",
+        deep_gemm=False,
+    ),
+    # one past the sliding window, Pro, MTP k=1, three requests
+    serve(f"--max-model-len 129 --max-num-seqs 3 -sc '{MTP % 1}'", model="pro"),
+    # a single 256-token block, budget below one prefill chunk, odd capture sizes
+    serve(
+        "--max-model-len 256 --max-num-batched-tokens 100 --max-num-seqs 7 "
+        f"""-cc '{{"cudagraph_capture_sizes":[1,3,7]}}' -sc '{MTP % 2}'""",
+        gpu="h100",
+    ),
+)
+
+
+def vllm_failure(exc: BaseException, point: Point) -> ConfigError | None:
+    """An exception raised inside the tree's own code while the drivers run
+    vLLM's start-up steps (KV-cache planning, attention-backend set-up) on a
+    configuration ``create_engine_config`` accepted: vLLM fails on it the same
+    way at ``vllm serve`` start-up, so it is vLLM's refusal, not a coverage
+    result. ``None`` when the innermost frame is not vLLM's (a driver bug)."""
+    import traceback
+
+    tree = os.environ.get("DSV4_VLLM_TREE")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not tree or not frames:
+        return None
+    root = str(Path(tree).resolve())
+    last = frames[-1]
+    if not str(Path(last.filename).resolve()).startswith(root):
+        return None
+    where = f"{os.path.relpath(last.filename, root)}:{last.lineno}"
+    flag = "--block-size" if "--block-size" in point.argv else ""
+    return ConfigError(
+        flag,
+        f"vLLM's own start-up code fails for this configuration "
+        f"({type(exc).__name__}: {exc} at {where}); vllm serve would too",
+    )
+
+
+def _rows(res: Resolved, point: Point) -> list[Any]:
+    from dsv4warmup import audit
+
+    if _is_v033():
+        engine_pin(res)
+    try:
+        return audit.rows_for(res.cfg)
+    except Exception as e:
+        refusal = vllm_failure(e, point)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
+def sample(examples: int, seed: int, boundaries: int, deadline_s: float) -> dict[str, Any]:
+    """Hypothesis over :func:`points` in this interpreter (the tree's): the
+    first ``boundaries`` of :data:`BOUNDARIES`, then ``examples`` drawn points
+    that vLLM accepts (refused ones are ``assume``-rejected, never clamped).
+    No shrinking (an audit is seconds): every point is reported with its
+    command line, which ``make audit SERVE_ARGS=...`` reproduces; the run
+    stops drawing after ``deadline_s``."""
+    import time
+
+    from hypothesis import HealthCheck, Phase, assume, example, given, settings
+    from hypothesis import seed as hseed
+
+    start = time.monotonic()
+    audited: list[dict[str, Any]] = []
+    rejected: list[str] = []
+    failed_at_startup: list[str] = []
+
+    def check(point: Point) -> None:
+        if time.monotonic() - start > deadline_s and audited:
+            assume(False)  # budget spent: the rest of the run only rejects
+        try:
+            res = resolve(point) if _is_v033() else resolve_legacy(point)
+        except ConfigError as e:
+            rejected.append(f"{point.describe()} -> {e}")
+            assume(False)
+            return
+        t0 = time.monotonic()
+        try:
+            rows = _rows(res, point)
+        except ConfigError as e:
+            failed_at_startup.append(f"{point.describe()} -> {e}")
+            assume(False)
+            return
+        audited.append(
+            {
+                "point": point.describe(),
+                "argv": list(point.argv),
+                "gpu": point.gpu,
+                "deep_gemm": point.deep_gemm,
+                "model": point.model,
+                "config": res.config,
+                "seconds": round(time.monotonic() - t0, 1),
+                "missing": [r.as_dict() for r in rows if r.missing],
+            }
+        )
+
+    test = given(points())(check)
+    for point in reversed(BOUNDARIES[:boundaries]):
+        test = example(point)(test)
+    test = settings(
+        max_examples=max(examples, 1),
+        deadline=None,
+        database=None,
+        derandomize=False,
+        phases=[Phase.explicit, Phase.generate] if examples else [Phase.explicit],
+        suppress_health_check=list(HealthCheck),
+    )(test)
+    test = hseed(seed)(test)
+    out = {
+        "audited": audited,
+        "rejected": len(rejected),
+        "rejected_examples": rejected[:5],
+        "vllm_startup_failures": failed_at_startup,
+    }
+    try:
+        test()
+    except Exception as e:  # hypothesis gave up (all rejected): report, not crash
+        out["error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
 def main() -> None:
     """Subprocess entry (tree importable).
 
@@ -453,13 +615,20 @@ def main() -> None:
     one JSON line: a list of ``{"config", "rows"|"overrides"}`` or
     ``{"error", "flag"}``, one per point.
     """
-    from dsv4warmup import audit
 
+    if sys.argv[1] == "--sample":
+        examples, seed, boundaries, deadline = json.loads(sys.argv[2])
+        sys.stdout.write("\n" + json.dumps(sample(examples, seed, boundaries, deadline)) + "\n")
+        return
     resolve_only = sys.argv[1] == "--resolve"
     out: list[dict[str, Any]] = []
     for p in json.loads(sys.argv[-1]):
-        point = Point(tuple(p.get("argv", ())), p.get("gpu", "h200"),
-                      bool(p.get("deep_gemm", True)), p.get("model", "flash"))
+        point = Point(
+            tuple(p.get("argv", ())),
+            p.get("gpu", "h200"),
+            bool(p.get("deep_gemm", True)),
+            p.get("model", "flash"),
+        )
         try:
             res = resolve(point) if _is_v033() else resolve_legacy(point)
         except ConfigError as e:
@@ -469,8 +638,11 @@ def main() -> None:
             overrides = {f: getattr(res.cfg, f) for f in res.cfg.__dataclass_fields__}
             out.append({"config": res.config, "overrides": overrides})
             continue
-        engine_pin(res)
-        rows = audit.rows_for(res.cfg)
+        try:
+            rows = _rows(res, point)
+        except ConfigError as e:
+            out.append({"error": str(e), "flag": e.flag})
+            continue
         out.append({"config": res.config, "rows": [r.as_dict() for r in rows]})
     sys.stdout.write("\n" + json.dumps(out, default=list) + "\n")
 
@@ -492,8 +664,12 @@ def _extra_kwargs(res: Resolved) -> dict[str, Any]:
     from vllm.engine.arg_utils import EngineArgs
 
     keep = set(EngineArgs.__dataclass_fields__) - {
-        "max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size",
-        "kv_cache_dtype", "tensor_parallel_size",
+        "max_model_len",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "block_size",
+        "kv_cache_dtype",
+        "tensor_parallel_size",
     }
     return {k: v for k, v in given.items() if k in keep}
 
