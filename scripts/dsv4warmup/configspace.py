@@ -305,6 +305,7 @@ def resolve(point: Point) -> Resolved:
         vllm_config = EngineArgs(**kwargs).create_engine_config()
     except Exception as e:  # vLLM's refusal: ValueError, pydantic ValidationError, ...
         raise _engine_error(e) from None
+    _worker_block_size(vllm_config)
     if vllm_config.parallel_config.decode_context_parallel_size > 1:
         raise ConfigError(
             "--decode-context-parallel-size",
@@ -314,6 +315,26 @@ def resolve(point: Point) -> Resolved:
     return Resolved(
         _serving_config(vllm_config, base), _config_dict(vllm_config, point), vllm_config
     )
+
+
+def _worker_block_size(vc: Any) -> None:
+    """The KV block size the worker settles on: after building the model's
+    attention layers it calls ``update_block_size_for_backend`` (the backends'
+    preferred size when ``--block-size`` is not given: 256 for DeepSeek V4,
+    not ``CacheConfig``'s 16) and ``validate_block_size``."""
+    from vllm.platforms import current_platform
+
+    from dsv4warmup.v033 import sparse_mla
+
+    hf = vc.model_config.hf_config
+    try:
+        with sparse_mla.model_env(vc), sparse_mla.meta_layers():
+            indices = sparse_mla.layer_indices(hf, target=True, one_per_ratio=True)
+            sparse_mla.build_attention_layers(vc, indices)
+            current_platform.update_block_size_for_backend(vc)
+            vc.validate_block_size()
+    except Exception as e:
+        raise _engine_error(e) from None
 
 
 def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:
