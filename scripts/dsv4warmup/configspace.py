@@ -622,7 +622,10 @@ def sample(examples: int, seed: int, boundaries: int, deadline_s: float) -> dict
     try:
         test()
     except Exception as e:  # hypothesis gave up (all rejected): report, not crash
+        import traceback
+
         out["error"] = f"{type(e).__name__}: {e}"
+        out["traceback"] = traceback.format_exc()[-3000:]
     return out
 
 

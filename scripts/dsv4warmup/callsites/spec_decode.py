@@ -336,7 +336,10 @@ class StepData:
 
 
 def step_data(cfg: ServingConfig, step: Step, seed: int) -> StepData:
-    """Deterministic step contents with the edge cases the sweep needs."""
+    """Deterministic step contents with the edge cases the sweep needs, only
+    what vLLM's scheduler can build for ``cfg``: query and sequence lengths
+    within max_model_len (``steps`` keeps the request count within
+    max_num_seqs, which vLLM keeps within max_num_batched_tokens)."""
     import numpy as np
     import torch
 
@@ -346,6 +349,10 @@ def step_data(cfg: ServingConfig, step: Step, seed: int) -> StepData:
     # Drafts per request; the longest one (request 0) sets the width.
     draft = rng.integers(0, w, r) if w > 1 else np.zeros(r, dtype=np.int64)
     draft[0] = w - 1
+    # The scheduler builds no request longer than max_model_len: it trims
+    # drafts and prefill chunks to fit (a no-op unless max_model_len < 1 + k).
+    cap = cfg.max_model_len
+    draft = np.minimum(draft, cap - 1)
     # Nothing accepted, all accepted, or anything between.
     accepted = np.select(
         [i % 3 == 0, i % 3 == 1], [np.zeros(r, np.int64), draft], rng.integers(0, draft + 1)
@@ -353,7 +360,7 @@ def step_data(cfg: ServingConfig, step: Step, seed: int) -> StepData:
     discarded = i % 4 == 3  # chunked-prefill requests: sampled token discarded
     # Requests without drafts are decodes or prefill chunks.
     prefill = (draft == 0) & (i % 5 == 0)
-    query = np.where(prefill, 1 + rng.integers(1, 9, r), draft + 1)
+    query = np.minimum(np.where(prefill, 1 + rng.integers(1, 9, r), draft + 1), cap)
     seq = rng.integers(query, cfg.max_model_len + 1)
     seq[i % 7 == 6] = cfg.max_model_len  # at the length limit: positions clamp
     tokens = np.full((r, w), -1, dtype=np.int32)
