@@ -440,9 +440,7 @@ def scenarios(cfg: ServingConfig, capture_sizes: Sequence[int]) -> Iterator[Batc
     mnbt, mml, seqs = cfg.max_num_batched_tokens, cfg.max_model_len, cfg.max_num_seqs
     batch_sizes = [b for b in _boundary_values(1, seqs, (16,)) if b <= seqs]
     # contexts before the step's new tokens (0 when max_model_len < 1 + k)
-    long_ctx = sorted(
-        {max(0, min(mml - threshold, c)) for c in (4000, *c128a_width_seq_lens(mml))}
-    )
+    long_ctx = sorted({max(0, min(mml - threshold, c)) for c in (4000, *c128a_width_seq_lens(mml))})
     # a request never exceeds max_model_len: the scheduler trims its drafts
     for q in sorted({1, min(threshold, mml)}):
         for b in batch_sizes:
