@@ -447,6 +447,7 @@ def resolve_legacy(point: Point) -> Resolved:
         CacheConfig(block_size=cfg.block_size)
     except Exception as e:
         raise _engine_error(e) from None
+    _legacy_kernel_block_size(cfg.block_size)
     spec = given.get("speculative_config")
     if spec is not None:
         spec = dict(spec) if isinstance(spec, dict) else vars(spec)
@@ -627,6 +628,26 @@ def sample(examples: int, seed: int, boundaries: int, deadline_s: float) -> dict
         out["error"] = f"{type(e).__name__}: {e}"
         out["traceback"] = traceback.format_exc()[-3000:]
     return out
+
+
+def _legacy_kernel_block_size(block_size: int) -> None:
+    """The worker's check (``select_common_block_size``) of the KV manager's
+    block size against DeepSeek V4's attention backends (kernel block 256):
+    ``vllm serve`` fails at start-up on a block size that is not a multiple."""
+    try:
+        from vllm.models.deepseek_v4.compressor import CompressorBackend
+        from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
+        from vllm.v1.worker.utils import select_common_block_size
+    except ImportError:  # a layout this rule was not read from
+        return
+    try:
+        select_common_block_size(block_size, [DeepseekV4FlashMLABackend, CompressorBackend])
+    except ValueError as e:
+        raise ConfigError(
+            "--block-size",
+            f"{' '.join(str(e).split())} (DeepSeek V4's attention kernels take KV blocks of "
+            f"256 tokens: vllm serve accepts multiples of 256 only)",
+        ) from None
 
 
 def main() -> None:
