@@ -104,7 +104,14 @@ def points() -> Any:
     lens = st.one_of(st.sampled_from(BOUNDARY_LENS), log_int(1, MAX_MODEL_LEN))
     budgets = st.one_of(st.none(), st.sampled_from((1, 2, 8, 64, 128, 256)), log_int(1, 1 << 16))
     seqs = st.one_of(st.none(), st.sampled_from((1, 2, 3)), log_int(1, 1024))
-    blocks = st.one_of(st.none(), st.sampled_from((1, 16, 32, 64, 128, 256)), st.integers(1, 1024))
+    # vLLM takes multiples of DeepSeek V4's 256-token kernel block only (the
+    # worker's select_common_block_size); others are drawn to check the refusal
+    blocks = st.one_of(
+        st.none(),
+        st.sampled_from((256, 512, 1024)),
+        st.sampled_from((256, 512, 768, 1024, 2048)),
+        st.integers(1, 1024),
+    )
     graphs = st.one_of(
         st.just("default"),
         st.just("eager"),
@@ -498,8 +505,10 @@ def serve(args: str, **facts: Any) -> Point:
 
 MTP = '{"method":"mtp","num_speculative_tokens":%d}'
 BOUNDARIES: tuple[Point, ...] = (
-    # smallest context: one token, one request, one-token budget, no graphs
-    serve("--max-model-len 1 --max-num-seqs 1 --max-num-batched-tokens 1 --enforce-eager"),
+    # smallest context: one token, one request, one-token budget
+    serve("--max-model-len 1 --max-num-seqs 1 --max-num-batched-tokens 1"),
+    # eager mode (no CUDA graphs; 0.33.0 also turns its JIT warmup off)
+    serve(f"--max-model-len 512 --max-num-seqs 2 --enforce-eager -sc '{MTP % 3}'"),
     # context < C4A ratio and < window, MTP k=4, tiny budget, B200, no DeepGEMM
     serve(
         f"--max-model-len 3 --max-num-seqs 2 --max-num-batched-tokens 5 -sc '{MTP % 4}'",
