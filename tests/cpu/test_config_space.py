@@ -53,6 +53,36 @@ def _patched(base: str) -> Path | None:
 BASES = [b for b in ("0.33.0", "0.26.0", "0.25.1") if _patched(b) is not None]
 
 
+# Boundaries the property audit found that the patch series does not fix yet:
+# (base, predicate on the audited record, reason). A run whose only misses
+# match these is an xfail naming them; any other miss fails.
+KNOWN: tuple[tuple[str, Any, str], ...] = (
+    (
+        "0.33.0",
+        lambda rec: rec["config"].get("enforce_eager"),
+        "vLLM 0.33.0 turns its JIT warmup off under --enforce-eager "
+        "(kernel_config.enable_jit_warmup=False): every key compiles on first use",
+    ),
+    (
+        "0.33.0",
+        lambda rec: (
+            rec["gpu"] == "b200"
+            and not rec["deep_gemm"]
+            and rec["config"]["max_num_batched_tokens"] < 8
+        ),
+        "mHC on B200 without DeepGEMM, budget < 8 tokens (max_model_len 3, k=4): the "
+        "1-token keys of mhc_pre_big_fuse_with_norm / mhc_fused are not warmed",
+    ),
+)
+
+
+def _known(base: str, rec: dict[str, Any]) -> str | None:
+    for b, pred, reason in KNOWN:
+        if b == base and pred(rec):
+            return reason
+    return None
+
+
 def _reproduce(base: str, rec: dict[str, Any]) -> str:
     dg = "on" if rec["deep_gemm"] else "off"
     return (
@@ -69,10 +99,14 @@ def test_property_patched_misses_no_key(base: str) -> None:
     print(f"\nDSV4_AUDIT_SEED={SEED} (base {base}, {EXAMPLES} drawn + {BOUNDARIES} boundaries)")
     arg = json.dumps([EXAMPLES, SEED, BOUNDARIES, DEADLINE_S])
     res = trees.json_from_tree(tree, "-m", "dsv4warmup.configspace", "--sample", arg)
-    failures = []
+    failures, known = [], set()
     for rec in res["audited"]:
         status = "MISSING" if rec["missing"] else "ok"
         print(f"  {status:7} {rec['seconds']:6.1f}s  {_reproduce(base, rec)}")
+        reason = _known(base, rec) if rec["missing"] else None
+        if reason:
+            known.add(reason)
+            continue
         for row in rec["missing"]:
             failures.append(
                 f"{row['kernel']} ({row.get('runner') or '-'}): {row['missing']} missing, "
@@ -84,6 +118,8 @@ def test_property_patched_misses_no_key(base: str) -> None:
     assert "error" not in res, res["error"]
     assert len(res["audited"]) >= min(BOUNDARIES, 1), res
     assert not failures, f"seed {SEED}:\n" + "\n".join(failures)
+    if known:
+        pytest.xfail("known boundaries: " + "; ".join(sorted(known)))
 
 
 # --------------------------------------------------------------------------- refusals
