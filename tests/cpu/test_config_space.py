@@ -8,7 +8,7 @@ vLLM's own answer for the configurations it refuses.
   (:data:`configspace.BOUNDARIES`) are audited first, every run. Hypothesis
   runs inside the tree's interpreter (one per base), so a draw costs one
   audit, not an import. Budget: ``DSV4_AUDIT_EXAMPLES`` drawn points per base
-  (CI: 1; ``make audit-sample N=...`` more), ``DSV4_AUDIT_BOUNDARIES``
+  (CI: 2; ``make audit-sample N=...`` more), ``DSV4_AUDIT_BOUNDARIES``
   boundaries (CI: all), ``DSV4_AUDIT_DEADLINE_S`` seconds of drawing per base.
   The seed is printed (``DSV4_AUDIT_SEED`` sets it); every audited point is
   printed as the ``make audit SERVE_ARGS=...`` line that reproduces it.
@@ -36,9 +36,9 @@ import pytest
 from dsv4warmup import configspace, series, trees
 from dsv4warmup.paths import REPO
 
-EXAMPLES = int(os.environ.get("DSV4_AUDIT_EXAMPLES", "1"))
+EXAMPLES = int(os.environ.get("DSV4_AUDIT_EXAMPLES", "2"))
 BOUNDARIES = int(os.environ.get("DSV4_AUDIT_BOUNDARIES", str(len(configspace.BOUNDARIES))))
-DEADLINE_S = float(os.environ.get("DSV4_AUDIT_DEADLINE_S", "240"))
+DEADLINE_S = float(os.environ.get("DSV4_AUDIT_DEADLINE_S", "120"))
 SEED = int(os.environ.get("DSV4_AUDIT_SEED") or random.SystemRandom().randrange(1 << 32))
 
 
