@@ -124,11 +124,13 @@ def test_property_patched_misses_no_key(base: str) -> None:
 
 # --------------------------------------------------------------------------- refusals
 
-BAD_FLAGS = (
+BAD_FLAGS: tuple[tuple[str, Any], ...] = (
     ("--block-size 0", "--block-size"),
     ("--max-num-batched-tokens -5", "--max-num-batched-tokens"),
     ("--max-num-batched-tokens 0", "--max-num-batched-tokens"),
-    ("--max-num-seqs 0", "--max-num-seqs"),
+    # 0.33.0 derives the token budget from max_num_seqs first and refuses that,
+    # as `vllm serve` does
+    ("--max-num-seqs 0", ("--max-num-seqs", "--max-num-batched-tokens")),
     ("--max-model-len 0", "--max-model-len"),
     ("--max-model-len 2000000", "--max-model-len"),
     ("--max-model-len abc", "--max-model-len"),
@@ -154,7 +156,7 @@ def config_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {name: str(root / name) for name in ("llama", "unreadable", "garbled", "empty")}
 
 
-def _bad_points(files: dict[str, str]) -> list[tuple[str, str]]:
+def _bad_points(files: dict[str, str]) -> list[tuple[str, Any]]:
     return [
         *BAD_FLAGS,
         *((f"--hf-config-path {files[n]}", "--hf-config-path") for n in files),
@@ -172,8 +174,9 @@ def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -
     )
     for (args, flag), res in zip(cases, out, strict=True):
         assert "error" in res, (args, res.get("config"))
-        assert res["flag"] == flag, (args, res["error"])
-        assert "\n" not in res["error"] and res["error"].startswith(flag + ": ")
+        flags = flag if isinstance(flag, tuple) else (flag,)
+        assert res["flag"] in flags, (args, res["error"])
+        assert "\n" not in res["error"] and res["error"].startswith(res["flag"] + ": ")
 
 
 def test_make_audit_bad_value_exits_2_one_line() -> None:
