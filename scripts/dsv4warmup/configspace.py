@@ -328,7 +328,8 @@ def _worker_block_size(vc: Any) -> None:
     """The KV block size the worker settles on: after building the model's
     attention layers it calls ``update_block_size_for_backend`` (the backends'
     preferred size when ``--block-size`` is not given: 256 for DeepSeek V4,
-    not ``CacheConfig``'s 16) and ``validate_block_size``."""
+    not ``CacheConfig``'s 16), ``validate_block_size`` and, on the KV cache,
+    ``select_common_block_size`` (DeepSeek V4's kernels take 256-token blocks)."""
     from vllm.platforms import current_platform
 
     from dsv4warmup.v033 import sparse_mla
@@ -340,8 +341,15 @@ def _worker_block_size(vc: Any) -> None:
             sparse_mla.build_attention_layers(vc, indices)
             current_platform.update_block_size_for_backend(vc)
             vc.validate_block_size()
+            backends = current_platform._find_non_ssm_backends(vc)
     except Exception as e:
         raise _engine_error(e) from None
+    from vllm.v1.worker.utils import select_common_block_size
+
+    try:  # the attention backends' kernel block sizes (as the worker checks them)
+        select_common_block_size(vc.cache_config.block_size, backends)
+    except ValueError as e:
+        raise ConfigError("--block-size", f"{e} (vllm serve fails on it at start-up)") from None
 
 
 def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:

@@ -126,6 +126,8 @@ def test_property_patched_misses_no_key(base: str) -> None:
 
 BAD_FLAGS: tuple[tuple[str, Any], ...] = (
     ("--block-size 0", "--block-size"),
+    ("--block-size 7", "--block-size"),
+    ("--block-size 128", "--block-size"),
     ("--max-num-batched-tokens -5", "--max-num-batched-tokens"),
     ("--max-num-batched-tokens 0", "--max-num-batched-tokens"),
     # 0.33.0 derives the token budget from max_num_seqs first and refuses that,
