@@ -525,6 +525,8 @@ BOUNDARIES: tuple[Point, ...] = (
     ),
     # one past the sliding window, Pro, MTP k=1, three requests
     serve(f"--max-model-len 129 --max-num-seqs 3 -sc '{MTP % 1}'", model="pro"),
+    # B200 (148 SMs) with DeepGEMM, no MTP, Pro, default budget (2048)
+    serve("--max-model-len 4096 --max-num-seqs 16 -tp 8", gpu="b200", model="pro"),
     # a single 256-token block, budget below one prefill chunk, odd capture sizes
     serve(
         "--max-model-len 256 --max-num-batched-tokens 100 --max-num-seqs 7 "
