@@ -95,6 +95,8 @@ def format_table(title: str, rows: list[Row]) -> str:
 
 def main() -> None:  # subprocess entry: rows of the importable tree as JSON
     overrides = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    # JSON has no tuples: ServingConfig's sequence fields are (hashable) tuples
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     cfg = FLASH.replace(**overrides) if overrides else FLASH
     rows = rows_for(cfg)
     sys.stdout.write("\n" + json.dumps([r.as_dict() for r in rows]) + "\n")
