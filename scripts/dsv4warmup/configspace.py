@@ -292,7 +292,7 @@ def resolve(point: Point) -> Resolved:
     for name in ("model", "hf_config_path"):
         if given.get(name):
             _check_model_path(_flag(name), given[name])
-    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu])
+    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu], deep_gemm=point.deep_gemm)
     from vllm.engine.arg_utils import EngineArgs
 
     kwargs = engine.engine_args_kwargs(base, engine.model_dir(base))
@@ -429,7 +429,7 @@ def resolve_legacy(point: Point) -> Resolved:
     for name in ("model", "hf_config_path"):
         if given.get(name):
             _check_model_path(_flag(name), given[name])
-    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu])
+    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu], deep_gemm=point.deep_gemm)
     changes: dict[str, Any] = {
         k: given[k]
         for k in (
