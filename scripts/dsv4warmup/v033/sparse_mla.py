@@ -454,9 +454,10 @@ def scenarios(cfg: ServingConfig, capture_sizes: Sequence[int]) -> Iterator[Batc
                     yield Batch(decodes=decodes, pad_to=pads[0])
     if threshold > 1 and seqs >= 3:
         yield Batch(decodes=((1, 100), (threshold, 200), (1, 300)))
-    # max_model_len <= 1 + k: every step is decode-classified, any query length
-    for q in range(2, min(threshold, mml + 1)):
-        yield Batch(decodes=((q, mml),))
+    # max_model_len < 1 + k: every step is decode-classified, any query length
+    if mml < threshold:
+        for q in range(2, mml):
+            yield Batch(decodes=((q, mml),))
 
     min_prefill = threshold + 1
     lengths = _boundary_values(min_prefill, min(mnbt, mml), (16, 128))
