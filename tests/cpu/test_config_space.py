@@ -177,10 +177,18 @@ def _bad_points(files: dict[str, str]) -> list[tuple[str, Any]]:
 def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -> None:
     """All refusals resolved in one interpreter of the pristine tree."""
     cases = _bad_points(config_files)
-    arg = json.dumps([{"argv": shlex.split(a)} for a, _ in cases])
+    good = (
+        '--max-model-len 4096 --max-num-seqs 8 -sc \'{"method":"mtp","num_speculative_tokens":2}\''
+    )
+    arg = json.dumps([{"argv": shlex.split(a)} for a, _ in cases] + [{"argv": shlex.split(good)}])
     out = trees.json_from_tree(
         trees.pristine_tree(base), "-m", "dsv4warmup.configspace", "--resolve", arg
     )
+    # an accepted command line: resolved values under vLLM's names
+    config = out.pop()["config"]
+    assert (config["max_model_len"], config["max_num_seqs"]) == (4096, 8)
+    assert (config["block_size"], config["num_speculative_tokens"]) == (256, 2)
+    assert config["max_num_batched_tokens"] >= 8 and config["serve_args"] == shlex.split(good)
     for (args, flag), res in zip(cases, out, strict=True):
         assert "error" in res, (args, res.get("config"))
         flags = flag if isinstance(flag, tuple) else (flag,)
