@@ -1,5 +1,5 @@
 # Thin targets over the scripts/dsv4warmup package. `make` = set up, fetch a
-# pristine vLLM 0.26.0, apply the series, print the coverage audit.
+# pristine vLLM 0.33.0 (the newest supported base), apply the series, print the coverage audit.
 # fetch/apply/check/revert/status/pr run on $(PYTHON) with the standard library,
 # git and patch only (LIGHT); wheel adds `wheel` + `packaging`, installed with pip
 # under .cache/tools/wheel. The heavy .venv (torch, triton, ...) is for the audit
@@ -13,10 +13,10 @@ LIGHT := PYTHONPATH=$(CURDIR)/scripts $(PYTHON) -m dsv4warmup
 WHEEL_TOOLS := .cache/tools/wheel
 VLLM_DIR ?=
 MODE ?= apply
-BASE ?= 0.26.0
+BASE ?= 0.33.0
 TREE_ARG := $(if $(VLLM_DIR),--tree $(VLLM_DIR))
 
-.PHONY: all setup fetch apply check revert status audit audit-sample test test-gpu lint devtree regen port fingerprints lab clean
+.PHONY: all setup fetch apply check revert status audit audit-sample test test-gpu mutants lint devtree regen port fingerprints lab clean
 
 all: setup apply audit
 
@@ -73,6 +73,12 @@ test: setup
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu tests/gpu
+
+# Deliberate one-line bugs in patches/ and vllm_overlay/; each must fail a CPU
+# test (a table of who killed what). Not in CI: a patched tree per mutant.
+# MUTANTS=name,name runs some of them.
+mutants: setup
+	PYTHONPATH=$(CURDIR)/scripts $(PY) -m dsv4warmup.mutants $(if $(MUTANTS),--only $(MUTANTS))
 
 lint: setup
 	$(PY) -m ruff check scripts tests

@@ -42,15 +42,18 @@ class Row:
         return d
 
 
-def rows_for(cfg: ServingConfig) -> list[Row]:
-    """Audit the vLLM tree importable in this process."""
+def _is_v033(tree: Path) -> bool:
     from .tree import declared_version
 
-    tree = Path(os.environ.get("DSV4_VLLM_TREE", "."))
-    if (declared_version(tree) or "").startswith("0.33."):
+    return (declared_version(tree) or "").startswith("0.33.")
+
+
+def rows_for(cfg: ServingConfig, group: str | None = None) -> list[Row]:
+    """Audit the vLLM tree importable in this process (0.33.0: one kernel group)."""
+    if _is_v033(Path(os.environ.get("DSV4_VLLM_TREE", "."))):
         from .v033 import audit as v033_audit
 
-        return v033_audit.rows_for(cfg)
+        return v033_audit.rows_for(cfg, None if group is None else (group,))
     rows: list[Row] = []
     for group in GROUPS:
         mod: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
@@ -63,9 +66,24 @@ def rows_for(cfg: ServingConfig) -> list[Row]:
 
 
 def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> list[Row]:
-    """Audit ``tree`` in a fresh interpreter."""
-    rows = json_from_tree(tree, "-m", "dsv4warmup.audit", json.dumps(cfg_overrides or {}))
-    return [Row(**r) for r in rows]
+    """Audit ``tree`` in fresh interpreters: one for a 0.25/0.26 tree; one per
+    kernel group for 0.33.0, whose drivers stand in for different GPU-only
+    packages (vLLM caches what it finds installed), two at a time."""
+    overrides = json.dumps(cfg_overrides or {})
+    if not _is_v033(tree):
+        return [Row(**r) for r in json_from_tree(tree, "-m", "dsv4warmup.audit", overrides)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .v033.audit import GROUPS as V033_GROUPS
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(
+            lambda group: json_from_tree(tree, "-m", "dsv4warmup.audit", overrides, group),
+            V033_GROUPS,
+        )
+        rows = [Row(**r) for rows in results for r in rows]
+    # one table per runner, the default first (a stable sort keeps group order)
+    return sorted(rows, key=lambda r: (not r.runner.endswith("(default)"), r.runner))
 
 
 def format_table(title: str, rows: list[Row]) -> str:
@@ -98,7 +116,7 @@ def main() -> None:  # subprocess entry: rows of the importable tree as JSON
     # JSON has no tuples: ServingConfig's sequence fields are (hashable) tuples
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     cfg = FLASH.replace(**overrides) if overrides else FLASH
-    rows = rows_for(cfg)
+    rows = rows_for(cfg, sys.argv[2] if len(sys.argv) > 2 else None)
     sys.stdout.write("\n" + json.dumps([r.as_dict() for r in rows]) + "\n")
 
 

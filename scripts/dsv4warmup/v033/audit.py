@@ -11,6 +11,7 @@ the kernels). Both run in the interpreter that imports the tree.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -23,9 +24,9 @@ GROUPS = ("spec_decode", "sparse_mla", "mhc")
 MAX_WITNESSES = 3  # per kernel row; the JSON keeps the same number
 
 
-def group_modules() -> list[tuple[str, ModuleType]]:
+def group_modules(groups: tuple[str, ...] = GROUPS) -> list[tuple[str, ModuleType]]:
     out = []
-    for group in GROUPS:
+    for group in groups:
         try:
             out.append((group, importlib.import_module(f"dsv4warmup.v033.{group}")))
         except ModuleNotFoundError as e:
@@ -39,25 +40,46 @@ def default_runner(vllm_config: Any) -> str:
     return "v2" if getattr(vllm_config, "use_v2_model_runner", True) else "v1"
 
 
+def _owned_by(groups: list[tuple[str, ModuleType]]) -> Callable[[Any], bool]:
+    """Registered kernels the audited groups own: a group's ``owns(kernel)``,
+    else a Triton owner whose kernel is one of the group's rows."""
+    from dsv4warmup.triton_keys import kernel_name
+
+    def keep(kernel: Any) -> bool:
+        for _, mod in groups:
+            owns = getattr(mod, "owns", None)
+            if owns is not None:
+                if owns(kernel):
+                    return True
+                continue
+            triton_fn = getattr(kernel, "kernel", None)
+            if triton_fn is not None and kernel_name(triton_fn) in mod.KERNELS:
+                return True
+        return False
+
+    return keep
+
+
 def _witness_sort_key(item: tuple[Any, str]) -> tuple[int, str]:
     return (len(item[1]), item[1])
 
 
-def rows_for(cfg: ServingConfig) -> list[Row]:
-    """Rows for every (runner, kernel) of the importable 0.33.0 tree."""
+def rows_for(cfg: ServingConfig, groups: tuple[str, ...] | None = None) -> list[Row]:
+    """Rows for every (runner, kernel) of ``groups`` in the importable 0.33.0 tree."""
     vllm_config = engine.vllm_config(cfg)
     default = default_runner(vllm_config)
-    groups = group_modules()
+    groups_ = group_modules(groups or GROUPS)
     rows: list[Row] = []
     for runner in lifecycle.RUNNERS:
         run = lifecycle.warmed_keys(
             vllm_config,
             runner,
-            [mod.register for _, mod in groups],
-            [mod.record_compiles for _, mod in groups if hasattr(mod, "record_compiles")],
+            [mod.register for _, mod in groups_],
+            [mod.record_compiles for _, mod in groups_ if hasattr(mod, "record_compiles")],
+            keep=_owned_by(groups_),
         )
         label = f"{runner} (default)" if runner == default else runner
-        for group, mod in groups:
+        for group, mod in groups_:
             runtime = mod.runtime_keys(cfg, runner)
             for kernel in mod.KERNELS:
                 rt = runtime.get(kernel, {})
@@ -74,7 +96,7 @@ def rows_for(cfg: ServingConfig) -> list[Row]:
                         len(wk - set(rt)),
                         group,
                         runner=label,
-                        witnesses=[w for _, w in missing[:MAX_WITNESSES]],
+                        witnesses=list(dict.fromkeys(w for _, w in missing))[:MAX_WITNESSES],
                     )
                 )
     return rows

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,8 +289,13 @@ def warmed_keys(
     runner: str,
     register_fns: Iterable[Callable[[Any, str], None]],
     compile_recorders: Iterable[CompileRecorder] = (),
+    keep: Callable[[Any], bool] | None = None,
 ) -> WarmupRun:
-    """Keys the real start-up warmup of ``runner`` compiles for ``vllm_config``."""
+    """Keys the real start-up warmup of ``runner`` compiles for ``vllm_config``.
+
+    ``keep`` limits the warmup to the registered kernels it accepts (an audit
+    of one kernel group need not expand every other kernel's keys).
+    """
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
 
     from dsv4warmup import triton_keys
@@ -298,6 +304,8 @@ def warmed_keys(
     with registrations() as recorded:
         for register in register_fns:
             register(vllm_config, runner)
+    if keep is not None:
+        recorded = [r for r in recorded if keep(r.kernel)]
     reached = [r for r in recorded if r.step in active]
     dropped = sorted(
         {type(r.kernel).__name__ for r in recorded} - {type(r.kernel).__name__ for r in reached}

@@ -613,3 +613,8 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def owns(kernel: Any) -> bool:
+    """The mHC TileLang owners registered for warmup (the audit's filter)."""
+    return type(kernel).__module__.startswith("vllm.model_executor.kernels.mhc.")

@@ -50,10 +50,10 @@ _installed: Gpu | None = None
 def _stub_compiled_ops() -> None:
     for name in _STUB_MODULES:
         sys.modules.setdefault(name, types.ModuleType(name))
+    if getattr(_stub_compiled_ops, "lib", None) is not None:
+        return  # a second Library would drop the first one's ops when it dies
     import torch
 
-    if hasattr(_stub_compiled_ops, "lib"):
-        return  # a second Library would drop the first one's definitions when it dies
     lib = torch.library.Library("_C", "FRAGMENT")
     for op in _CAPABILITY_QUERIES:
         try:

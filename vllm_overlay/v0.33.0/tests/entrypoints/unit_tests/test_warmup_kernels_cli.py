@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+import argparse
+from pathlib import Path
+
+import pytest
+
+from vllm.entrypoints.cli import warmup_kernels
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.platforms import current_platform
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+
+def _parser(subcommand) -> FlexibleArgumentParser:
+    parser = FlexibleArgumentParser()
+    subparsers = parser.add_subparsers(dest="subparser")
+    subcommand.subparser_init(subparsers)
+    return parser
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    subparsers = next(
+        action
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    (subparser,) = subparsers.choices.values()
+    return {option for action in subparser._actions for option in action.option_strings}
+
+
+def test_accepts_every_serve_flag() -> None:
+    serve = _options(_parser(ServeSubcommand()))
+    warmup = _options(_parser(warmup_kernels.WarmupKernelsSubcommand()))
+    assert serve <= warmup
+    assert {"--dry-run", "--json"} <= warmup - serve
+
+
+def _run(argv: list[str]) -> int:
+    parser = _parser(warmup_kernels.WarmupKernelsSubcommand())
+    args = parser.parse_args(["warmup-kernels", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        warmup_kernels.WarmupKernelsSubcommand.cmd(args)
+    assert isinstance(exit_info.value.code, int)
+    return exit_info.value.code
+
+
+def _error_lines(err: str) -> list[str]:
+    return [
+        line
+        for line in err.splitlines()
+        if line.startswith("vllm warmup-kernels: error: ")
+    ]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],  # the folder has no config.json
+        ["--max-num-batched-tokens", "0"],
+    ],
+)
+def test_invalid_configuration_exits_2_with_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+) -> None:
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: False)
+    monkeypatch.setattr(current_platform, "is_unspecified", lambda: False)
+
+    assert _run([str(tmp_path), *flags, "--dry-run"]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    assert len(_error_lines(captured.err)) == 1
+
+
+def test_no_gpu_platform_exits_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: True)
+
+    assert _run([str(tmp_path), "--dry-run"]) == 2
+    (line,) = _error_lines(capsys.readouterr().err)
+    assert "no GPU platform" in line
