@@ -134,9 +134,8 @@ def audit_point(tree: Path, point: Any) -> dict[str, Any]:
     arg = json.dumps(
         [dict(argv=list(point.argv), gpu=point.gpu, deep_gemm=point.deep_gemm, model=point.model)]
     )
-    version = declared_version_of(tree) or ""
-    if version.startswith("0.33."):
-        return json_from_tree(tree, "-m", "dsv4warmup.configspace", arg)[0]
+    if _is_v033(tree):
+        return _v033_point(tree, arg)
     res = json_from_tree(tree, "-m", "dsv4warmup.configspace", "--resolve", arg)[0]
     if "error" in res:
         return res
@@ -146,10 +145,25 @@ def audit_point(tree: Path, point: Any) -> dict[str, Any]:
     return {"config": res["config"], "rows": [r.as_dict() for r in rows]}
 
 
-def declared_version_of(tree: Path) -> str | None:
-    from .tree import declared_version
+def _v033_point(tree: Path, arg: str) -> dict[str, Any]:
+    """One interpreter per kernel group (as :func:`rows_for_tree`), rows merged."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    return declared_version(tree)
+    from .v033.audit import GROUPS as V033_GROUPS
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(
+            pool.map(
+                lambda g: json_from_tree(tree, "-m", "dsv4warmup.configspace", arg, g)[0],
+                V033_GROUPS,
+            )
+        )
+    for res in results:
+        if "error" in res:
+            return res
+    rows = [Row(**r) for res in results for r in res["rows"]]
+    rows.sort(key=lambda r: (not r.runner.endswith("(default)"), r.runner))
+    return {"config": results[0]["config"], "rows": [r.as_dict() for r in rows]}
 
 
 def cli(

@@ -561,13 +561,13 @@ def vllm_failure(exc: BaseException, point: Point) -> ConfigError | None:
     )
 
 
-def _rows(res: Resolved, point: Point) -> list[Any]:
+def _rows(res: Resolved, point: Point, group: str | None = None) -> list[Any]:
     from dsv4warmup import audit
 
     if _is_v033():
         engine_pin(res)
     try:
-        return audit.rows_for(res.cfg)
+        return audit.rows_for(res.cfg, group)
     except Exception as e:
         refusal = vllm_failure(e, point)
         if refusal is None:
@@ -575,7 +575,9 @@ def _rows(res: Resolved, point: Point) -> list[Any]:
         raise refusal from None
 
 
-def sample(examples: int, seed: int, boundaries: int, deadline_s: float) -> dict[str, Any]:
+def sample(
+    examples: int, seed: int, boundaries: int, deadline_s: float, group: str | None = None
+) -> dict[str, Any]:
     """Hypothesis over :func:`points` in this interpreter (the tree's): the
     first ``boundaries`` of :data:`BOUNDARIES`, then ``examples`` drawn points
     that vLLM accepts (refused ones are ``assume``-rejected, never clamped).
@@ -603,7 +605,7 @@ def sample(examples: int, seed: int, boundaries: int, deadline_s: float) -> dict
             return
         t0 = time.monotonic()
         try:
-            rows = _rows(res, point)
+            rows = _rows(res, point, group)
         except ConfigError as e:
             failed_at_startup.append(f"{point.describe()} -> {e}")
             assume(False)
@@ -672,7 +674,8 @@ def _legacy_kernel_block_size(block_size: int) -> None:
 def main() -> None:
     """Subprocess entry (tree importable).
 
-    ``main POINTS``: resolve and audit each point (0.33.0 trees);
+    ``main POINTS [GROUP]``: resolve and audit each point (0.33.0 trees: one
+    kernel group per interpreter, as ``audit.rows_for_tree``);
     ``main --resolve POINTS``: resolve only (any base), the audit's
     ``ServingConfig`` overrides in "overrides". argv: a JSON list of points
     (``{"argv": [...], "gpu": ..., "deep_gemm": ..., "model": ...}``). Prints
@@ -681,12 +684,15 @@ def main() -> None:
     """
 
     if sys.argv[1] == "--sample":
-        examples, seed, boundaries, deadline = json.loads(sys.argv[2])
-        sys.stdout.write("\n" + json.dumps(sample(examples, seed, boundaries, deadline)) + "\n")
+        examples, seed, boundaries, deadline, *group = json.loads(sys.argv[2])
+        result = sample(examples, seed, boundaries, deadline, *group)
+        sys.stdout.write("\n" + json.dumps(result) + "\n")
         return
     resolve_only = sys.argv[1] == "--resolve"
+    points_arg = sys.argv[2] if resolve_only else sys.argv[1]
+    group = None if resolve_only or len(sys.argv) < 3 else sys.argv[2]
     out: list[dict[str, Any]] = []
-    for p in json.loads(sys.argv[-1]):
+    for p in json.loads(points_arg):
         point = Point(
             tuple(p.get("argv", ())),
             p.get("gpu", "h200"),
@@ -703,7 +709,7 @@ def main() -> None:
             out.append({"config": res.config, "overrides": overrides})
             continue
         try:
-            rows = _rows(res, point)
+            rows = _rows(res, point, group)
         except ConfigError as e:
             out.append({"error": str(e), "flag": e.flag})
             continue
