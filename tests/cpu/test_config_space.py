@@ -81,8 +81,8 @@ KNOWN: tuple[tuple[str, Any, Any, str], ...] = (
             and rec["config"]["max_num_batched_tokens"] < 8
         ),
         MHC_PRE | MHC_FUSED,
-        "mHC on B200 without DeepGEMM, budget < 8 tokens (max_model_len 3, k=4): the 1-token "
-        "keys of mhc_pre_big_fuse_with_norm / mhc_fused are not warmed",
+        "mHC on B200 without DeepGEMM, budget < 8 tokens (max_model_len 3, k=4): one "
+        "mhc_pre_big_fuse_with_norm key (5 tokens: 2 requests of <= 3) is not warmed",
     ),
 )
 
