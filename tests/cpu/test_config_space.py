@@ -126,12 +126,17 @@ def _sample(tree: Path, base: str, args: list[Any]) -> dict[str, Any]:
         if "error" in p:
             merged["error"] = p["error"] + "\n" + p.get("traceback", "")
         for rec in p["audited"]:
-            m = by_point.setdefault(rec["point"], dict(rec, missing=[], seconds=0.0))
+            m = by_point.setdefault(rec["point"], dict(rec, missing=[], seconds=0.0, groups=0))
             m["missing"] = m["missing"] + rec["missing"]
             m["seconds"] = round(m["seconds"] + rec["seconds"], 1)
-    # a point vLLM's start-up code refuses in one group's run is refused
+            m["groups"] += 1
+    # a point vLLM's start-up code refuses in one group's run is refused; after
+    # such a refusal (seen by the groups that reach that start-up step only)
+    # the groups' draws may diverge: a point is audited when every group did
     refused = {f.split(" -> ")[0] for f in merged["vllm_startup_failures"]}
-    merged["audited"] = [r for p, r in by_point.items() if p not in refused]
+    merged["audited"] = [
+        r for p, r in by_point.items() if p not in refused and r["groups"] == len(GROUPS)
+    ]
     return merged
 
 
