@@ -60,7 +60,7 @@ audit: setup
 # SEED to reproduce; the CI test draws a few).
 N ?= 20
 audit-sample: setup
-	DSV4_AUDIT_EXAMPLES=$(N) $(if $(SEED),DSV4_AUDIT_SEED=$(SEED)) \
+	DSV4_AUDIT_EXAMPLES=$(N) DSV4_AUDIT_DEADLINE_S=$${DSV4_AUDIT_DEADLINE_S:-7200} $(if $(SEED),DSV4_AUDIT_SEED=$(SEED)) \
 	  $(PY) -m pytest -q -p no:cacheprovider -s tests/cpu/test_config_space.py -k property
 
 # pytest exits 5 when it collected nothing: that is a failure here. Test files
