@@ -16,7 +16,7 @@ MODE ?= apply
 BASE ?= 0.33.0
 TREE_ARG := $(if $(VLLM_DIR),--tree $(VLLM_DIR))
 
-.PHONY: all setup fetch apply check revert status audit test test-gpu mutants lint devtree regen port fingerprints lab clean
+.PHONY: all setup fetch apply check revert status audit audit-sample test test-gpu mutants lint devtree regen port fingerprints lab clean
 
 all: setup apply audit
 
@@ -43,8 +43,25 @@ revert:
 status:
 	$(LIGHT) status $(TREE_ARG)
 
+# SERVE_ARGS="<vllm serve flags>": audit that configuration (resolved by the
+# tree's own parser and EngineArgs; a refused one exits 2 with vLLM's message).
+# GPU=h100|h200|b200, DEEP_GEMM=on|off, VARIANT=flash|pro (when no --model),
+# PATCHED_TREE=<dir> audits that tree as the patched one.
+export SERVE_ARGS
+GPU ?= h200
+DEEP_GEMM ?= on
+VARIANT ?= flash
 audit: setup
-	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE)
+	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE) \
+	  $(if $(SERVE_ARGS),--serve-args="$$SERVE_ARGS" --gpu $(GPU) --deep-gemm $(DEEP_GEMM) \
+	  --model-variant $(VARIANT)) $(if $(PATCHED_TREE),--patched-tree $(PATCHED_TREE))
+
+# A larger property-based sample of the configuration space (N draws per base,
+# SEED to reproduce; the CI test draws a few).
+N ?= 20
+audit-sample: setup
+	DSV4_AUDIT_EXAMPLES=$(N) DSV4_AUDIT_DEADLINE_S=$${DSV4_AUDIT_DEADLINE_S:-7200} $(if $(SEED),DSV4_AUDIT_SEED=$(SEED)) \
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/cpu/test_config_space.py -k property
 
 # pytest exits 5 when it collected nothing: that is a failure here. Test files
 # are spread over TEST_WORKERS processes, each file whole (its fixtures run once).

@@ -96,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("audit", help="key-coverage audit, pristine vs patched")
     p.add_argument("--json-out", type=Path, help="also write both tables as JSON here")
     p.add_argument("--base", default=sources.DEFAULT_BASE, help="vLLM release to audit")
+    p.add_argument(
+        "--serve-args",
+        help="a `vllm serve` command line (flags) to audit instead of the report's deployment",
+    )
+    p.add_argument("--gpu", default="h200", help="h100, h200 or b200 (SM count, capability)")
+    p.add_argument("--deep-gemm", default="on", choices=("on", "off"), help="VLLM_USE_DEEP_GEMM")
+    p.add_argument("--model-variant", default="flash", help="flash or pro (generated config.json)")
+    p.add_argument("--patched-tree", type=Path, help="audit this tree as the patched one")
     p = sub.add_parser("tree", help="a fresh pristine (or --patched) tree of a base")
     p.add_argument("base")
     p.add_argument("dest", type=Path)
@@ -180,7 +188,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "audit":
             from . import audit
 
-            return audit.cli(args.json_out, sources.check_known(args.base))
+            return audit.cli(
+                args.json_out,
+                sources.check_known(args.base),
+                args.serve_args,
+                args.gpu,
+                args.deep_gemm == "on",
+                args.model_variant,
+                args.patched_tree,
+            )
         elif args.cmd == "tree":
             dest = sources.extract(args.base, args.dest.resolve())
             if args.patched:

@@ -113,6 +113,8 @@ def format_table(title: str, rows: list[Row]) -> str:
 
 def main() -> None:  # subprocess entry: rows of the importable tree as JSON
     overrides = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    # JSON has no tuples: ServingConfig's sequence fields are (hashable) tuples
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     cfg = FLASH.replace(**overrides) if overrides else FLASH
     rows = rows_for(cfg, sys.argv[2] if len(sys.argv) > 2 else None)
     sys.stdout.write("\n" + json.dumps([r.as_dict() for r in rows]) + "\n")
@@ -122,13 +124,70 @@ if __name__ == "__main__":
     main()
 
 
-def cli(json_out: Path | None = None, base: str = "0.26.0") -> int:
-    """`make audit`: pristine vs patched ``base`` for the report's configuration."""
+def audit_point(tree: Path, point: Any) -> dict[str, Any]:
+    """``{"config", "rows"}`` or ``{"error", "flag"}`` for one configuration
+    space point (a ``vllm serve`` command line) on ``tree``, in a fresh
+    interpreter: 0.33.0 trees resolve and audit in one; older ones resolve
+    first (their own parser and config classes), then audit."""
+    from . import configspace
+
+    arg = json.dumps(
+        [dict(argv=list(point.argv), gpu=point.gpu, deep_gemm=point.deep_gemm, model=point.model)]
+    )
+    if _is_v033(tree):
+        return _v033_point(tree, arg)
+    res = json_from_tree(tree, "-m", "dsv4warmup.configspace", "--resolve", arg)[0]
+    if "error" in res:
+        return res
+    overrides = res["overrides"]
+    rows = rows_for_tree(tree, overrides)
+    del configspace  # the parent never imports the tree
+    return {"config": res["config"], "rows": [r.as_dict() for r in rows]}
+
+
+def _v033_point(tree: Path, arg: str) -> dict[str, Any]:
+    """One interpreter per kernel group (as :func:`rows_for_tree`), rows merged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .v033.audit import GROUPS as V033_GROUPS
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(
+            pool.map(
+                lambda g: json_from_tree(tree, "-m", "dsv4warmup.configspace", arg, g)[0],
+                V033_GROUPS,
+            )
+        )
+    for res in results:
+        if "error" in res:
+            return res
+    rows = [Row(**r) for res in results for r in res["rows"]]
+    rows.sort(key=lambda r: (not r.runner.endswith("(default)"), r.runner))
+    return {"config": results[0]["config"], "rows": [r.as_dict() for r in rows]}
+
+
+def cli(
+    json_out: Path | None = None,
+    base: str = "0.26.0",
+    serve_args: str | None = None,
+    gpu: str = "h200",
+    deep_gemm: bool = True,
+    model: str = "flash",
+    patched: Path | None = None,
+) -> int:
+    """`make audit`: pristine vs patched ``base`` for the report's
+    configuration, or for the ``vllm serve`` command line ``serve_args``
+    (resolved by the tree's own parser and config path; a refused one is one
+    line ``error: <flag>: <vLLM's message>``, exit 2)."""
     from . import series, trees
 
     trees_by_name = [("pristine", trees.pristine_tree(base))]
-    if base in series.available_bases():
+    if patched is not None:
+        trees_by_name.append(("patched", patched))
+    elif base in series.available_bases():
         trees_by_name.append(("patched", trees.patched_tree(base)))
+    if serve_args is not None:
+        return _cli_serve_args(trees_by_name, json_out, base, serve_args, gpu, deep_gemm, model)
     tables: dict[str, list[Row]] = {}
     for name, tree in trees_by_name:
         tables[name] = rows_for_tree(tree)
@@ -138,6 +197,58 @@ def cli(json_out: Path | None = None, base: str = "0.26.0") -> int:
         json_out.write_text(
             json.dumps({k: [r.as_dict() for r in v] for k, v in tables.items()}, indent=1) + "\n"
         )
+    if "patched" not in tables:
+        print(f"no patch series for vLLM {base} yet: audited the pristine tree only")
+        return 1
+    missing = sum(r.missing for r in tables["patched"])
+    print(f"patched tree: {missing} runtime key(s) not warmed")
+    return 1 if missing else 0
+
+
+def _cli_serve_args(
+    trees_by_name: list[tuple[str, Path]],
+    json_out: Path | None,
+    base: str,
+    serve_args: str,
+    gpu: str,
+    deep_gemm: bool,
+    model: str,
+) -> int:
+    import shlex
+
+    from .configspace import GPUS, MODELS, Point
+
+    try:
+        argv = tuple(shlex.split(serve_args))
+    except ValueError as e:
+        print(f"error: SERVE_ARGS: {e}", file=sys.stderr)
+        return 2
+    if gpu not in GPUS:
+        print(f"error: GPU: {gpu!r}: one of {', '.join(GPUS)}", file=sys.stderr)
+        return 2
+    if model not in MODELS:
+        print(f"error: MODEL: {model!r}: one of {', '.join(MODELS)}", file=sys.stderr)
+        return 2
+    point = Point(argv, gpu, deep_gemm, model)
+    out: dict[str, Any] = {}
+    tables: dict[str, list[Row]] = {}
+    for name, tree in trees_by_name:
+        res = audit_point(tree, point)
+        if "error" in res:
+            print(f"error: {res['error']}", file=sys.stderr)
+            return 2
+        out.setdefault("config", res["config"])
+        tables[name] = [Row(**r) for r in res["rows"]]
+    print("configuration (vLLM's names, as the tree resolved it):")
+    for k, v in out["config"].items():
+        print(f"  {k}: {v}")
+    print()
+    for name, tree in trees_by_name:
+        print(format_table(f"{name} vLLM {base} ({tree}):", tables[name]))
+        print()
+    if json_out is not None:
+        doc = {"config": out["config"], **{k: [r.as_dict() for r in v] for k, v in tables.items()}}
+        json_out.write_text(json.dumps(doc, indent=1) + "\n")
     if "patched" not in tables:
         print(f"no patch series for vLLM {base} yet: audited the pristine tree only")
         return 1

@@ -77,6 +77,7 @@ class ServingConfig:
     hc_sinkhorn_iters: int = 20
     # device
     sm_count: int = 132
+    deep_gemm: bool = True  # vLLM uses DeepGEMM (VLLM_USE_DEEP_GEMM; 0.26.0/0.25.1 drivers)
 
     @property
     def capture_sizes(self) -> tuple[int, ...]:

@@ -252,6 +252,10 @@ def steps(cfg: ServingConfig, batch_sizes: list[int] | None = None) -> Iterator[
     k = cfg.num_speculative_tokens
     for num_reqs in batch_sizes or range(1, cfg.max_num_seqs + 1):
         for num_sampled in range(1, k + 2):
+            # the scheduler's token budget: the widest request plus one token
+            # for every other (``step_data`` trims drafts to fit)
+            if num_reqs + num_sampled - 1 > cfg.max_num_batched_tokens:
+                continue
             yield Step(num_reqs, num_sampled, cudagraph_size(cfg, num_reqs))
             if num_sampled == 1:
                 yield Step(num_reqs, num_sampled, None)
@@ -336,7 +340,10 @@ class StepData:
 
 
 def step_data(cfg: ServingConfig, step: Step, seed: int) -> StepData:
-    """Deterministic step contents with the edge cases the sweep needs."""
+    """Deterministic step contents with the edge cases the sweep needs, only
+    what vLLM's scheduler can build for ``cfg``: query and sequence lengths
+    within max_model_len, at most max_num_batched_tokens new tokens
+    (``steps`` keeps the request count within max_num_seqs)."""
     import numpy as np
     import torch
 
@@ -346,6 +353,10 @@ def step_data(cfg: ServingConfig, step: Step, seed: int) -> StepData:
     # Drafts per request; the longest one (request 0) sets the width.
     draft = rng.integers(0, w, r) if w > 1 else np.zeros(r, dtype=np.int64)
     draft[0] = w - 1
+    # The scheduler builds no request longer than max_model_len: it trims
+    # drafts and prefill chunks to fit (a no-op unless max_model_len < 1 + k).
+    cap = cfg.max_model_len
+    draft = np.minimum(draft, cap - 1)
     # Nothing accepted, all accepted, or anything between.
     accepted = np.select(
         [i % 3 == 0, i % 3 == 1], [np.zeros(r, np.int64), draft], rng.integers(0, draft + 1)
@@ -353,7 +364,19 @@ def step_data(cfg: ServingConfig, step: Step, seed: int) -> StepData:
     discarded = i % 4 == 3  # chunked-prefill requests: sampled token discarded
     # Requests without drafts are decodes or prefill chunks.
     prefill = (draft == 0) & (i % 5 == 0)
-    query = np.where(prefill, 1 + rng.integers(1, 9, r), draft + 1)
+    query = np.minimum(np.where(prefill, 1 + rng.integers(1, 9, r), draft + 1), cap)
+    # ... and no step over max_num_batched_tokens: trim the other requests
+    budget = cfg.max_num_batched_tokens
+    for j in range(r - 1, -1, -1):
+        excess = int(query.sum()) - budget
+        if excess <= 0:
+            break
+        if j == 0 and not prefill[0]:
+            break  # request 0 keeps the width (``steps`` leaves room for it)
+        query[j] -= min(excess, int(query[j]) - 1)
+        if not prefill[j]:
+            draft[j] = query[j] - 1
+    accepted = np.minimum(accepted, draft)
     seq = rng.integers(query, cfg.max_model_len + 1)
     seq[i % 7 == 6] = cfg.max_model_len  # at the length limit: positions clamp
     tokens = np.full((r, w), -1, dtype=np.int32)

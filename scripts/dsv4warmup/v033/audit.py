@@ -60,13 +60,28 @@ def _owned_by(groups: list[tuple[str, ModuleType]]) -> Callable[[Any], bool]:
     return keep
 
 
+def gpu_for(cfg: ServingConfig) -> Any:
+    """The GPU whose SM count ``cfg`` names (the installed one if it agrees):
+    the warmed side must see the device the runtime side sees (mHC keys
+    follow the SM count)."""
+    from . import platform
+
+    installed = platform.installed_gpu()
+    if installed is not None and installed.sm_count == cfg.sm_count:
+        return installed
+    for gpu in (platform.H200, platform.B200, platform.H100):
+        if gpu.sm_count == cfg.sm_count:
+            return gpu
+    return platform.H200
+
+
 def _witness_sort_key(item: tuple[Any, str]) -> tuple[int, str]:
     return (len(item[1]), item[1])
 
 
 def rows_for(cfg: ServingConfig, groups: tuple[str, ...] | None = None) -> list[Row]:
     """Rows for every (runner, kernel) of ``groups`` in the importable 0.33.0 tree."""
-    vllm_config = engine.vllm_config(cfg)
+    vllm_config = engine.vllm_config(cfg, gpu_for(cfg))
     default = default_runner(vllm_config)
     groups_ = group_modules(groups or GROUPS)
     rows: list[Row] = []

@@ -20,6 +20,10 @@ from dsv4warmup.serving import ServingConfig
 from . import platform
 
 _MODEL_DIRS: dict[str, Path] = {}
+# Further ``EngineArgs`` keyword arguments per configuration: the flags of a
+# ``vllm serve`` command line that ``ServingConfig`` has no field for
+# (:func:`dsv4warmup.configspace.engine_pin`).
+EXTRA_KWARGS: dict[ServingConfig, dict[str, Any]] = {}
 
 
 def hf_config_dict(cfg: ServingConfig) -> dict[str, Any]:
@@ -74,6 +78,7 @@ def engine_args_kwargs(cfg: ServingConfig, model: Path) -> dict[str, Any]:
         kwargs["compilation_config"] = {
             "cudagraph_capture_sizes": list(cfg.cudagraph_capture_sizes)
         }
+    kwargs.update(EXTRA_KWARGS.get(cfg, {}))
     return kwargs
 
 

@@ -483,12 +483,18 @@ def _no_grad() -> Iterator[None]:
 
 
 def token_counts(vllm_config: Any) -> list[int]:
-    """Token counts a target or draft forward pass can see: every count up to
-    max_num_batched_tokens (both runners' bound), which holds the CUDA-graph
-    capture sizes."""
-    max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-    sizes = vllm_config.compilation_config.cudagraph_capture_sizes or []
-    return sorted(set(range(1, max_tokens + 1)) | {s for s in sizes if s <= max_tokens})
+    """Token counts a target or draft forward pass can see: only what vLLM's
+    scheduler can put in one step for this configuration -- at most
+    max_num_batched_tokens, and at most max_num_seqs requests of at most
+    max_model_len tokens each -- plus the CUDA-graph capture size such a
+    count is padded up to (within max_num_batched_tokens)."""
+    sched = vllm_config.scheduler_config
+    max_tokens = sched.max_num_batched_tokens
+    bound = min(max_tokens, sched.max_num_seqs * vllm_config.model_config.max_model_len)
+    sizes = sorted(s for s in vllm_config.compilation_config.cudagraph_capture_sizes or [])
+    counts = set(range(1, bound + 1))
+    padded = {next((s for s in sizes if s >= t), t) for t in counts}
+    return sorted(counts | {s for s in padded if s <= max_tokens})
 
 
 def _witness(runner: str, num_tokens: int, cfg: ServingConfig, draft: bool) -> str:

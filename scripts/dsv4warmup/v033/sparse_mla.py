@@ -71,6 +71,13 @@ class _NoWarmup:
         pass
 
 
+def _stub_attr(name: str) -> Any:
+    # dunders stay missing: module scanners (hypothesis, inspect) probe them
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _NoWarmup()
+
+
 def _cuda_to_meta_mode() -> Any:
     import torch
     from torch.overrides import TorchFunctionMode
@@ -129,7 +136,7 @@ def model_env(vllm_config: Any) -> Iterator[None]:
             __import__(_CUTEDSL_OPS)
         except ImportError:  # no `cutlass` here
             stub = types.ModuleType(_CUTEDSL_OPS)
-            stub.__getattr__ = lambda name: _NoWarmup()  # type: ignore[method-assign]
+            stub.__getattr__ = _stub_attr  # type: ignore[method-assign]
             sys.modules[_CUTEDSL_OPS] = stub
     with set_current_vllm_config(vllm_config):
         _init_distributed()
@@ -432,8 +439,10 @@ def scenarios(cfg: ServingConfig, capture_sizes: Sequence[int]) -> Iterator[Batc
     threshold = decode_query_len(cfg)
     mnbt, mml, seqs = cfg.max_num_batched_tokens, cfg.max_model_len, cfg.max_num_seqs
     batch_sizes = [b for b in _boundary_values(1, seqs, (16,)) if b <= seqs]
-    long_ctx = sorted({min(mml - threshold, c) for c in (4000, *c128a_width_seq_lens(mml))})
-    for q in sorted({1, threshold}):
+    # contexts before the step's new tokens (0 when max_model_len < 1 + k)
+    long_ctx = sorted({max(0, min(mml - threshold, c)) for c in (4000, *c128a_width_seq_lens(mml))})
+    # a request never exceeds max_model_len: the scheduler trims its drafts
+    for q in sorted({1, min(threshold, mml)}):
         for b in batch_sizes:
             if b * q > mnbt:
                 continue
@@ -445,6 +454,10 @@ def scenarios(cfg: ServingConfig, capture_sizes: Sequence[int]) -> Iterator[Batc
                     yield Batch(decodes=decodes, pad_to=pads[0])
     if threshold > 1 and seqs >= 3:
         yield Batch(decodes=((1, 100), (threshold, 200), (1, 300)))
+    # max_model_len < 1 + k: every step is decode-classified, any query length
+    if mml < threshold:
+        for q in range(2, mml):
+            yield Batch(decodes=((q, mml),))
 
     min_prefill = threshold + 1
     lengths = _boundary_values(min_prefill, min(mnbt, mml), (16, 128))
@@ -559,7 +572,10 @@ def capture_sizes(model: Model) -> list[int]:
 
 def sweep(model: Model, *, quick: bool = False) -> list[Batch]:
     """The realistic sweep, then the chunk-boundary batches; ``quick``: the
-    chunk-boundary batches and one decode batch (the CPU tests' sweep)."""
+    chunk-boundary batches and one decode batch (the CPU tests' sweep). Only
+    batches vLLM's scheduler could build for the configuration (``_fits``):
+    1 … max_num_seqs requests, at most max_num_batched_tokens new tokens,
+    every sequence within max_model_len."""
     from vllm.models.deepseek_v4.attention import DeepseekV4Attention
 
     cfg = model.cfg
