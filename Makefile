@@ -115,10 +115,8 @@ $(WHEEL_TOOLS)/.stamp: requirements-wheel.txt
 wheel: $(WHEEL_TOOLS)/.stamp
 	PYTHONPATH=$(CURDIR)/scripts:$(CURDIR)/$(WHEEL_TOOLS) $(PYTHON) -m dsv4warmup wheel $(if $(WHEEL),--wheel $(WHEEL)) $(BASE_ARG)
 
-# make pr reads the tree's .pre-commit-config.yaml (PyYAML, from the same tools folder).
-pr: $(WHEEL_TOOLS)/.stamp
-	PYTHONPATH=$(CURDIR)/scripts:$(CURDIR)/$(WHEEL_TOOLS) $(PYTHON) -m dsv4warmup pr $(BASE_ARG) \
-	  $(if $(OUT),--out $(OUT)) $(if $(SIGNOFF),--signoff "$(SIGNOFF)") \
+pr:
+	$(LIGHT) pr $(BASE_ARG) $(if $(OUT),--out $(OUT)) $(if $(SIGNOFF),--signoff "$(SIGNOFF)") \
 	  $(if $(SKIP),--skip "$(SKIP)") $(if $(AI_COAUTHOR),--coauthor "$(AI_COAUTHOR)")
 
 # GPU lab: pack BASE's pristine + patched trees into .lab/trees and build the package bundle

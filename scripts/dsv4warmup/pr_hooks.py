@@ -164,14 +164,39 @@ class Config:
         return stage in stages or (stage == "pre-commit" and "commit" in stages)
 
 
+def _pyyaml() -> Any:
+    """PyYAML (for the anchors / merge keys vLLM's config uses): the
+    interpreter's own, else installed once with pip under .cache/tools."""
+    try:
+        import yaml
+
+        return yaml
+    except ImportError:
+        pass
+    import importlib
+    import subprocess
+    import sys
+
+    from .paths import CACHE
+
+    target = CACHE / "tools" / "pyyaml"
+    if not (target / "yaml" / "__init__.py").is_file():
+        res = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), "PyYAML>=6"],
+            capture_output=True,
+            text=True,
+        )
+        if res.returncode != 0:
+            raise HookError(f"PyYAML is needed to read .pre-commit-config.yaml: {res.stderr}")
+    sys.path.insert(0, str(target))
+    return importlib.import_module("yaml")
+
+
 def load_config(tree: Path) -> Config:
     path = tree / ".pre-commit-config.yaml"
     if not path.is_file():
         return Config([])
-    try:
-        import yaml  # PyYAML: only here, for the anchors / merge keys vLLM uses
-    except ImportError as e:  # pragma: no cover - the dev venv has it
-        raise HookError(f"PyYAML is needed to read {path}: {e}") from None
+    yaml = _pyyaml()
     try:
         data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:

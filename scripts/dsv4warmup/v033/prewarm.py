@@ -145,9 +145,12 @@ def lifecycle_side(cfg: ServingConfig, runner: str) -> dict:
             with lifecycle.registrations() as recorded:
                 for _, mod in groups:
                     mod.register(vllm_config, runner)
+            # Only the audited groups' kernels: another kernel's warmup keys may
+            # need state these CPU drivers do not build (a bound KV cache).
+            keep = audit._owned_by(groups)
             registry = JitWarmupRegistry(vllm_config)
             for r in recorded:
-                if r.step in active:
+                if r.step in active and keep(r.kernel):
                     registry._add(r.kernel, r.args, r.kwargs)
             compile_keys: dict[str, list[str]] = {}
             rows: dict[str, list[str]] = {}  # audit row -> kernels launching it
@@ -161,6 +164,7 @@ def lifecycle_side(cfg: ServingConfig, runner: str) -> dict:
                 runner,
                 [mod.register for _, mod in groups],
                 [mod.record_compiles for _, mod in groups if hasattr(mod, "record_compiles")],
+                keep=keep,
             )
         finally:
             lifecycle.active_steps = original  # type: ignore[assignment]
