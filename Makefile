@@ -16,7 +16,7 @@ MODE ?= apply
 BASE ?= 0.26.0
 TREE_ARG := $(if $(VLLM_DIR),--tree $(VLLM_DIR))
 
-.PHONY: all setup fetch apply check revert status audit test test-gpu lint devtree regen port fingerprints lab clean
+.PHONY: all setup fetch apply check revert status audit test test-gpu mutants lint devtree regen port fingerprints lab clean
 
 all: setup apply audit
 
@@ -56,6 +56,12 @@ test: setup
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu tests/gpu
+
+# Deliberate one-line bugs in patches/ and vllm_overlay/; each must fail a CPU
+# test (a table of who killed what). Not in CI: a patched tree per mutant.
+# MUTANTS=name,name runs some of them.
+mutants: setup
+	PYTHONPATH=$(CURDIR)/scripts $(PY) -m dsv4warmup.mutants $(if $(MUTANTS),--only $(MUTANTS))
 
 lint: setup
 	$(PY) -m ruff check scripts tests

@@ -59,3 +59,11 @@ def fresh(base: str, tmp_path: Path, name: str = "vllm") -> Path:
     dest = tmp_path / name
     shutil.copytree(trees.pristine_tree(base), dest, symlinks=True)
     return dest
+
+
+def pytest_outcomes(junit_xml: Path) -> dict[str, str]:
+    """``{classname::name: passed | failed | error | skipped}`` of a pytest
+    run's ``--junitxml`` report."""
+    from dsv4warmup.junit import outcomes
+
+    return outcomes(junit_xml)

@@ -68,6 +68,17 @@ class RecordedLaunch:
     warmup: bool
 
 
+# Parameter names of every kernel recorded in this process, in signature order
+# (a key's specialization has one entry per parameter): what lets two trees'
+# keys be compared parameter by parameter when a patch adds one.
+_PARAM_NAMES: dict[str, tuple[str, ...]] = {}
+
+
+def param_names(kernel: str) -> tuple[str, ...]:
+    """The parameters of ``kernel`` (recorded in this process), in order."""
+    return _PARAM_NAMES[kernel]
+
+
 @contextlib.contextmanager
 def _intercepted_runs(on_launch: Any) -> Iterator[None]:
     """``JITFunction.run`` (every ``kernel[grid](...)`` and
@@ -91,7 +102,9 @@ def _intercepted_runs(on_launch: Any) -> Iterator[None]:
 def _recorded(
     kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], warmup: bool
 ) -> RecordedLaunch:
-    return RecordedLaunch(kernel_name(kernel), exact_key(kernel, args, kwargs), warmup)
+    name = kernel_name(kernel)
+    _PARAM_NAMES[name] = tuple(kernel.arg_names)
+    return RecordedLaunch(name, exact_key(kernel, args, kwargs), warmup)
 
 
 @contextlib.contextmanager

@@ -40,12 +40,21 @@ if not INTERPRETED:
 
     def test_builder_buffers_are_initialised() -> None:
         """CUDA-graph padding rows must never expose left-over memory."""
+        from unittest import mock
+
         import torch
         from dsv4warmup.callsites.sparse_mla import make_flashmla_builder
         from dsv4warmup.serving import FLASH
 
         cfg = FLASH.replace(max_num_batched_tokens=64, max_model_len=4096)
-        builder = make_flashmla_builder(cfg, 128, device="cpu")
+        real_empty = torch.empty
+
+        def garbage_empty(*args: object, **kwargs: object) -> torch.Tensor:
+            # Fresh host pages are often zero: make left-over memory visible.
+            return real_empty(*args, **kwargs).fill_(7)  # type: ignore[arg-type]
+
+        with mock.patch.object(torch, "empty", garbage_empty):
+            builder = make_flashmla_builder(cfg, 128, device="cpu")
         assert builder.c128a_max_compressed == 128
         assert builder.c128a_global_decode_buffer.shape == (64, 128)
         assert bool((builder.c128a_global_decode_buffer == -1).all())

@@ -191,18 +191,40 @@ def test_mode_am_one_commit_per_patch(base: str, tmp_path: Path) -> None:
         assert files == set(patch.files) | set(patch.overlay)
 
 
+def _patch_p1(tree: Path, patch: Path) -> subprocess.CompletedProcess[str]:
+    # Not -s: patch(1) only reports offsets and fuzz when not silenced.
+    return subprocess.run(
+        ["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-i", str(patch)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _inexact(res: subprocess.CompletedProcess[str]) -> bool:
+    out = res.stdout.lower()
+    return "fuzz" in out or "offset" in out
+
+
 @pytest.mark.parametrize("base", BASES)
 def test_plain_patch_p1_applies_in_order(base: str, tmp_path: Path) -> None:
     tree = fresh(base, tmp_path)
     for patch in series_mod.load(base).patches:
-        res = subprocess.run(
-            ["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-s", "-i", str(patch.path)],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-        )
+        res = _patch_p1(tree, patch.path)
         assert res.returncode == 0, f"{patch.name}: {res.stdout}{res.stderr}"
-        assert "fuzz" not in res.stdout.lower() and "offset" not in res.stdout.lower()
+        assert "patching file" in res.stdout, res.stdout
+        assert not _inexact(res), f"{patch.name} applies with offset or fuzz:\n{res.stdout}"
+
+
+def test_patch_p1_offsets_are_seen(tmp_path: Path) -> None:
+    """Positive control of the check above: a target shifted by one line
+    applies, and patch(1) says so."""
+    patch = series_mod.load(BASES[-1]).patches[0]
+    tree = fresh(BASES[-1], tmp_path)
+    target = tree / patch.files[0]
+    target.write_text("# shifted\n" + target.read_text())
+    res = _patch_p1(tree, patch.path)
+    assert res.returncode == 0 and _inexact(res), res.stdout
 
 
 def test_fingerprints_match_the_sdists() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import pytest_outcomes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
@@ -125,21 +126,29 @@ def test_warmup_then_call_sites_compile_nothing(jit_compiles, name: str) -> None
     assert jit_compiles == warmed, f"compiled after warmup: {jit_compiles[len(warmed) :]}"
 
 
-def test_vllm_spec_decode_kernel_tests_pass() -> None:
+def test_vllm_spec_decode_kernel_tests_pass(tmp_path: Path) -> None:
     """vLLM's test_eagle_step_kernel.py (the wrapper's signature is
-    unchanged) and the patched tree's own warmup test."""
+    unchanged) and the patched tree's own warmup test: all pass (junit
+    outcomes: none skipped, none errored)."""
     _need_cuda()
     tree = Path(os.environ["DSV4_VLLM_TREE"])
     tests = [tree / "tests/v1/spec_decode/test_eagle_step_kernel.py"]
     own = tree / "tests/v1/spec_decode/test_spec_decode_triton_warmup.py"
     if own.exists():
         tests.append(own)
+    report = tmp_path / "report.xml"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--noconftest", "-q", "-rf", "-p", "no:cacheprovider"]
+        + [f"--junitxml={report}"]
         + [str(t) for t in tests],
         cwd=tree,
         capture_output=True,
         text=True,
         timeout=1800,
     )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    tail = result.stdout[-6000:] + result.stderr[-2000:]
+    assert result.returncode == 0, tail
+    outcomes = pytest_outcomes(report)
+    assert outcomes and set(outcomes.values()) == {"passed"}, outcomes
+    for test in tests:
+        assert any(test.stem in name for name in outcomes), (test, tail)

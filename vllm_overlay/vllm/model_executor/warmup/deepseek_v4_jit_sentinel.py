@@ -69,7 +69,9 @@ def _triton_hook(previous: Any) -> Any:
         fn = kwargs.get("fn")
         name = getattr(fn, "name", "")
         if name.rsplit(".", 1)[-1] in TRITON_KERNELS:
-            _report("Triton", name, kwargs.get("repr", kwargs.get("key")))
+            # The cache key (argument specializations, options): Triton 3.6's
+            # "repr" mislabels the argument types.
+            _report("Triton", name, kwargs.get("key", kwargs.get("repr")))
         return previous(*args, **kwargs) if previous is not None else None
 
     return hook

@@ -1,0 +1,355 @@
+"""``make mutants``: deliberate one-line bugs that the CPU tests must catch.
+
+Each mutant is an exact text in a file of ``patches/`` or ``vllm_overlay/``
+and its replacement: a launch constant, a threshold, a warmup that drops a
+key, a removed guard or initialisation. For each one, a scratch copy of the
+repository gets the mutation (inside a patch, only a ``+`` line changes, so
+the patch still applies) and pytest runs the tests named to kill it; the
+mutant is killed when one of them fails. A baseline run of the same tests on
+the unmutated copy must pass first (otherwise a kill means nothing).
+
+Prints ``mutant | file | killed by | seconds`` and exits 1 if a mutant
+survives. Not part of CI (it rebuilds a patched tree per mutant); every test
+it names is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import series, trees
+from .junit import outcomes
+from .paths import REPO
+
+_P26 = "patches/v0.26.0"
+_P25 = "patches/v0.25.1"
+_DISPATCH = "vllm_overlay/vllm/model_executor/kernels/mhc/tilelang_dispatch.py"
+_SENTINEL = "vllm_overlay/vllm/model_executor/warmup/deepseek_v4_jit_sentinel.py"
+
+_PRISTINE_26 = (
+    "tests/cpu/test_pristine_keys.py::test_patched_launches_what_pristine_launches[0.26.0]"
+)
+_PRISTINE_25 = (
+    "tests/cpu/test_pristine_keys.py::test_patched_launches_what_pristine_launches[0.25.1]"
+)
+_GUARDS = "tests/cpu/test_c128a_guard_interpret.py::test_under_triton_interpreter"
+_BUFFERS = "tests/cpu/test_c128a_guard_interpret.py::test_builder_buffers_are_initialised"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository
+    old: str  # occurs exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # pytest node ids, any failing one kills it
+
+
+def _patch(base_dir: str, prefix: str) -> str:
+    """The patch file of ``base_dir`` whose name starts with ``prefix``."""
+    (match,) = sorted((REPO / base_dir).glob(f"{prefix}-*.patch"))
+    return str(match.relative_to(REPO))
+
+
+def mutants() -> list[Mutant]:
+    return [
+        # Launch constants shared by a launch and its warmup.
+        Mutant(
+            "eagle-block-size-x2",
+            _patch(_P26, "0003"),
+            "+    return next_power_of_2(num_sampled_tokens_per_req)",
+            "+    return 2 * next_power_of_2(num_sampled_tokens_per_req)",
+            (_PRISTINE_26,),
+        ),
+        Mutant(
+            "eagle-block-size-x2-on-0.25.1",
+            _patch(_P25, "0003"),
+            "+    return next_power_of_2(num_sampled_tokens_per_req)",
+            "+    return 2 * next_power_of_2(num_sampled_tokens_per_req)",
+            (_PRISTINE_25,),
+        ),
+        Mutant(
+            "eagle-step-pad-id",
+            _patch(_P26, "0003"),
+            '+        "PAD_ID": PADDING_SLOT_ID,',
+            '+        "PAD_ID": PADDING_SLOT_ID - 1,',
+            (_PRISTINE_26,),
+        ),
+        Mutant(
+            "mtp-norm-block-size-x2",
+            _patch(_P26, "0004"),
+            '"BLOCK_SIZE": triton.next_power_of_2(hidden)}',
+            '"BLOCK_SIZE": 2 * triton.next_power_of_2(hidden)}',
+            (_PRISTINE_26,),
+        ),
+        Mutant(
+            "combine-padded-top-k-x2",
+            _patch(_P26, "0002"),
+            "+        PADDED_TOP_K=triton.next_power_of_2(topk_indices_width),",
+            "+        PADDED_TOP_K=2 * triton.next_power_of_2(topk_indices_width),",
+            (_PRISTINE_26,),
+        ),
+        # A threshold of the mHC key choice.
+        Mutant(
+            "mhc-small-fma-tile-n-threshold",
+            _DISPATCH,
+            "tile_n = 2 if num_tokens < 8 else 3",
+            "tile_n = 2 if num_tokens < 4 else 3",
+            (_PRISTINE_26,),
+        ),
+        # Warmups that drop a key (their derivation, not their output).
+        Mutant(
+            "spec-decode-warmup-drops-batch-of-one",
+            _patch(_P26, "0003"),
+            "+        for num_reqs in int_key_reps(1, max_num_seqs)\n+    ]",
+            "+        for num_reqs in int_key_reps(2, max_num_seqs)\n+    ]",
+            (
+                "tests/cpu/test_spec_decode_keys.py::"
+                "test_warmup_keys_equal_runtime_keys[mtp-k1-seqs7-block256]",
+            ),
+        ),
+        Mutant(
+            "sparse-mla-warmup-drops-a-c128a-key",
+            _patch(_P26, "0002"),
+            "in int_key_reps(min_decode_tokens, max_decode_tokens):",
+            "in int_key_reps(min_decode_tokens, max_decode_tokens)[1:]:",
+            ("tests/cpu/test_sparse_mla_keys.py::test_every_runtime_key_is_warmed[flash-4k]",),
+        ),
+        Mutant(
+            "mhc-warmup-drops-hc-head",
+            _patch(_P26, "0007"),
+            "+        for bound in _hc_head_sites(model):",
+            "+        for bound in ():",
+            (
+                "tests/cpu/test_mhc_keys.py::"
+                "test_warmup_keys_equal_runtime_keys[flash-132-2048-deepgemm]",
+            ),
+        ),
+        # Removed guards and initialisations.
+        Mutant(
+            "c128a-no-row-guard",
+            _patch(_P26, "0001"),
+            "row_is_safe = is_valid_token & _is_safe(req_idx, block_table_rows)",
+            "row_is_safe = is_valid_token",
+            (_GUARDS,),
+        ),
+        Mutant(
+            "c128a-no-block-number-guard",
+            _patch(_P26, "0001"),
+            "is_valid = is_valid & _is_safe(block_numbers, num_kv_blocks)",
+            "is_valid = is_valid",
+            (_GUARDS,),
+        ),
+        Mutant(
+            "c128a-lens-buffer-not-zeroed",
+            _patch(_P26, "0001"),
+            "+            self.c128a_decode_lens_buffer = torch.zeros(",
+            "+            self.c128a_decode_lens_buffer = torch.empty(",
+            (_BUFFERS,),
+        ),
+        Mutant(
+            "c128a-req-ids-not-zeroed",
+            _patch(_P26, "0001"),
+            "+        self.req_id_per_token_buffer = torch.zeros(",
+            "+        self.req_id_per_token_buffer = torch.empty(",
+            (_BUFFERS,),
+        ),
+        # The post-warmup sentinel stops watching a kernel.
+        Mutant(
+            "sentinel-forgets-a-kernel",
+            _SENTINEL,
+            '"eagle_prepare_inputs_padded_kernel",',
+            '"eagle_prepare_inputs_padded_kernel_",',
+            ("tests/cpu/test_sentinel.py::test_warn_names_kernel_and_key",),
+        ),
+    ]
+
+
+# --- applying one --------------------------------------------------------------
+
+
+class MutantError(RuntimeError):
+    pass
+
+
+def mutate(text: str, mutant: Mutant) -> str:
+    """``text`` with the mutation; refuses one that is ambiguous or, in a
+    patch, touches anything but ``+`` lines (the patch must still apply)."""
+    count = text.count(mutant.old)
+    if count != 1:
+        raise MutantError(f"{mutant.name}: {mutant.old!r} occurs {count} times in {mutant.path}")
+    out = text.replace(mutant.old, mutant.new)
+    if mutant.path.endswith(".patch"):
+        before, after = text.splitlines(), out.splitlines()
+        if len(before) != len(after):
+            raise MutantError(f"{mutant.name}: changes the line count of a patch")
+        for old_line, new_line in zip(before, after, strict=True):
+            if old_line != new_line and not (old_line[:1] == new_line[:1] == "+"):
+                raise MutantError(f"{mutant.name}: edits a line that is not a '+' line")
+    return out
+
+
+_COPIED = ("patches", "vllm_overlay", "scripts", "tests", "pytest.ini")
+_ENV_OVERRIDES = (
+    "DSV4_VLLM_TREE",
+    "DSV4_USE_INSTALLED_VLLM",
+    "DSV4_PATCHES_DIR",
+    "DSV4_OVERLAY_DIR",
+    "DSV4_BUILD_DIR",
+)
+
+
+def scratch_repo(dest: Path) -> Path:
+    """A copy of what the tests read, sharing ``.venv``, ``.cache`` and the
+    pristine trees (read only) with this repository."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in _COPIED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore, symlinks=True)
+        else:
+            shutil.copy2(src, dest / name)
+    for name in (".venv", ".cache"):
+        (dest / name).symlink_to((REPO / name).resolve())
+    shared = dest / "build" / "trees"
+    shared.mkdir(parents=True)
+    for base in series.available_bases():
+        pristine = trees.pristine_tree(base)
+        (shared / pristine.name).symlink_to(pristine)
+        stamp = pristine.parent / f"{pristine.name}.stamp"
+        shutil.copy2(stamp, shared / stamp.name)
+    return dest
+
+
+@dataclass
+class Outcome:
+    name: str
+    path: str
+    killed_by: list[str]
+    seconds: float
+    error: str = ""
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.killed_by) and not self.error
+
+
+def run_tests(root: Path, tests: tuple[str, ...]) -> tuple[int, list[str], str]:
+    """pytest on ``tests`` in ``root``: (exit code, failed node ids, tail)."""
+    env = {k: v for k, v in os.environ.items() if k not in _ENV_OVERRIDES}
+    report = root / "build" / "mutant-report.xml"
+    report.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    res = subprocess.run(
+        [*cmd, f"--junitxml={report}", *tests],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    ran = outcomes(report) if report.exists() else {}
+    failed = [name for name, outcome in ran.items() if outcome in ("failed", "error")]
+    return res.returncode, failed, (res.stdout + res.stderr)[-3000:]
+
+
+def run_mutant(root: Path, mutant: Mutant) -> Outcome:
+    target = root / mutant.path
+    original = target.read_text()
+    start = time.monotonic()
+    try:
+        target.write_text(mutate(original, mutant))
+        rc, failed, tail = run_tests(root, mutant.tests)
+    except MutantError as exc:
+        return Outcome(mutant.name, mutant.path, [], 0.0, str(exc))
+    finally:
+        target.write_text(original)
+    seconds = time.monotonic() - start
+    # 1: tests ran and some failed. Anything else (usage error, collection
+    # error, nothing collected) kills nothing.
+    error = "" if rc in (0, 1) else f"pytest exit {rc}:\n{tail}"
+    return Outcome(mutant.name, mutant.path, failed if rc == 1 else [], seconds, error)
+
+
+def _short_test(junit_name: str) -> str:
+    # "tests.cpu.test_x::test_y[a]" -> "test_x::test_y[a]"
+    classname, _, name = junit_name.partition("::")
+    return f"{classname.rsplit('.', 1)[-1]}::{name}"
+
+
+def _short_file(path: str) -> str:
+    # patches/v0.26.0/0003-derive-....patch -> v0.26.0/0003; overlay: file name
+    parts = Path(path).parts
+    if parts[0] == "patches":
+        return f"{parts[1]}/{parts[2].split('-', 1)[0]}"
+    return parts[-1]
+
+
+def format_table(outcomes: list[Outcome]) -> str:
+    rows = [("mutant", "file", "killed by", "seconds")]
+    for o in outcomes:
+        if o.killed:
+            killer = ", ".join(_short_test(t) for t in o.killed_by)
+        else:
+            killer = "ERROR" if o.error else "SURVIVED"
+        rows.append((o.name, _short_file(o.path), killer, f"{o.seconds:.0f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [" | ".join(r[i].ljust(widths[i]) for i in range(3)) + " | " + r[3] for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 7)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dsv4warmup.mutants", description=__doc__)
+    parser.add_argument("--only", help="comma-separated mutant names")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args(argv)
+    selected = mutants()
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {m.name for m in selected}
+        if unknown:
+            parser.error(f"unknown mutants: {', '.join(sorted(unknown))}")
+        selected = [m for m in selected if m.name in names]
+    if args.list:
+        for m in selected:
+            print(f"{m.name}: {m.path}\n  - {m.old}\n  + {m.new}\n  killed by {', '.join(m.tests)}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="dsv4-mutants-") as tmp:
+        root = scratch_repo(Path(tmp) / "repo")
+        if not args.no_baseline:
+            tests = tuple(dict.fromkeys(t for m in selected for t in m.tests))
+            start = time.monotonic()
+            rc, failed, tail = run_tests(root, tests)
+            print(f"baseline: {len(tests)} test(s), exit {rc}, {time.monotonic() - start:.0f} s")
+            if rc != 0:
+                print(f"the unmutated tests fail, so no kill means anything:\n{tail}")
+                return 1
+        outcomes = []
+        for mutant in selected:
+            outcomes.append(run_mutant(root, mutant))
+            o = outcomes[-1]
+            state = "killed" if o.killed else ("ERROR" if o.error else "SURVIVED")
+            print(f"{o.name}: {state} ({o.seconds:.0f} s)", flush=True)
+            if o.error:
+                print(o.error)
+    print()
+    print(format_table(outcomes))
+    survivors = [o.name for o in outcomes if not o.killed]
+    if survivors:
+        print(f"\n{len(survivors)} mutant(s) not killed: {', '.join(survivors)}")
+        return 1
+    print(f"\nall {len(outcomes)} mutants killed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

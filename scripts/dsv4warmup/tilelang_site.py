@@ -1,0 +1,57 @@
+"""The tilelang package a base pins, for CPU tests only.
+
+TileLang's compile key (``JITFunc._parse_phase1_key``) and kernel elaboration
+(``get_tir``) run without a GPU, so the tests that compare the recorded mHC
+keys with TileLang's own can run in CI. The package is not one of this repo's
+requirements (it is vLLM's CUDA dependency, ~200 MB unpacked): it is installed
+once, without dependencies, under ``.cache/tools/`` at the version the tree's
+``requirements/cuda.txt`` pins, with the one import dependency the venv lacks
+(``ml-dtypes``; ``apache-tvm-ffi`` comes with the venv), and put on
+``PYTHONPATH`` of a subprocess.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .paths import CACHE
+
+# tilelang's own import-time dependencies that requirements-dev.txt lacks.
+_EXTRA = ("ml-dtypes>=0.5.1",)
+
+
+def pinned_version(tree: Path) -> str:
+    """``tilelang==X`` of the tree's CUDA requirements."""
+    text = (tree / "requirements" / "cuda.txt").read_text()
+    m = re.search(r"^tilelang==([\w.]+)", text, re.M)
+    if m is None:
+        raise RuntimeError(f"{tree}: requirements/cuda.txt pins no tilelang")
+    return m.group(1)
+
+
+def tilelang_site(tree: Path) -> Path:
+    """A folder to put on ``PYTHONPATH`` that holds the tilelang ``tree`` pins
+    (installed on first use)."""
+    version = pinned_version(tree)
+    root = CACHE / "tools"
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / f"tilelang-{version}"
+    with open(root / ".tilelang.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / f"tilelang-{version}.dist-info").is_dir():
+            return target
+        scratch = root / f".tilelang-{version}.partial"
+        shutil.rmtree(scratch, ignore_errors=True)
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        cmd += ["--no-deps", "--target", str(scratch), f"tilelang=={version}", *_EXTRA]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"cannot install tilelang {version}: {res.stderr[-2000:]}")
+        shutil.rmtree(target, ignore_errors=True)
+        scratch.rename(target)
+    return target
