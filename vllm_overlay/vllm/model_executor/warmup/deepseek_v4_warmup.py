@@ -17,10 +17,6 @@ Both paths go through the same code: the ``*_warmup_launches`` functions beside
 each Triton kernel, ``compile_triton_warmup``, and for the mHC TileLang kernels
 ``mhc_warmup_launches`` / ``nvidia_mhc_warmup``. Only where the parameters come
 from differs (a loaded model there, flags here).
-
-``--audit`` compares, on CPU, the keys this warmup compiles with the keys the
-runtime call sites produce over a serving sweep. The call-site drivers live
-outside vLLM (the dsv4-warmup tooling, ``dsv4warmup`` on ``PYTHONPATH``).
 """
 
 import argparse
@@ -37,10 +33,8 @@ from typing import Any
 
 import torch
 
-from vllm.logger import init_logger
+import vllm.envs as envs
 from vllm.utils.math_utils import cdiv
-
-logger = init_logger(__name__)
 
 _MTP_METHODS = ("mtp", "deepseek_mtp")
 # DeepseekV4SWACache: the MTP layer's only KV cache (block size fixed by the
@@ -390,10 +384,7 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
     """Compile every key of ``cfg`` on the current GPU: the Triton kernels
     (compile only, nothing runs) and the mHC TileLang kernels (each wrapper
     called once per new key on zero tensors)."""
-    from vllm.model_executor.warmup.deepseek_v4_mhc_warmup import (
-        _num_compile_threads,
-        nvidia_mhc_warmup,
-    )
+    from vllm.model_executor.warmup.deepseek_v4_mhc_warmup import nvidia_mhc_warmup
     from vllm.model_executor.warmup.triton_specialization import (
         compile_triton_warmup,
         unique_launches,
@@ -410,6 +401,7 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
                 f"{getattr(detected, name)}; warm on the serving GPU model"
             )
     cfg = detected
+    assert cfg.num_sms is not None and cfg.use_deep_gemm is not None
     started = time.perf_counter()
     by_kernel: dict[str, list[Any]] = {}
     for launch in unique_launches(triton_launches(cfg)):
@@ -434,7 +426,7 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
         mhc_token_counts(cfg),
         use_deep_gemm=cfg.use_deep_gemm,
         num_sms=cfg.num_sms,
-        num_threads=_num_compile_threads(),
+        num_threads=envs.VLLM_TRITON_JIT_WARMUP_NUM_THREADS,
     )
     torch.accelerator.synchronize()
     record(KernelWarmupResult("mHC TileLang kernels", total, total - warmed), t0)
@@ -537,24 +529,6 @@ def make_arg_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compress-ratios", type=int, nargs="+", help="override config.json"
     )
-    p.add_argument(
-        "--num-sms",
-        type=int,
-        help="SM count for --audit (default: this GPU; warming needs this GPU's)",
-    )
-    p.add_argument(
-        "--deep-gemm",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="whether DeepGEMM runs the mHC GEMM, for --audit (default and when "
-        "warming: as vLLM detects it here)",
-    )
-    p.add_argument(
-        "--audit",
-        action="store_true",
-        help="on CPU: compare the warmed keys with the runtime call sites' keys",
-    )
-    p.add_argument("--json", action="store_true", help="with --audit: rows as JSON")
     return p
 
 
@@ -600,8 +574,6 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
         disable_padded_drafter_batch=bool(
             spec.get("disable_padded_drafter_batch", False)
         ),
-        num_sms=args.num_sms,
-        use_deep_gemm=args.deep_gemm,
     )
     for name in _INT_OVERRIDES:
         if getattr(args, name) is not None:
@@ -611,26 +583,8 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
     return cfg.replace(**changes)
 
 
-def _audit(cfg: DeepseekV4WarmupConfig, as_json: bool) -> int:
-    try:
-        from dsv4warmup.prewarm_audit import audit_rows, format_rows
-    except ImportError:
-        print(
-            "--audit drives vLLM's call sites through the dsv4-warmup tooling: put its "
-            "scripts/ directory on PYTHONPATH (or run `make audit` there).",
-            file=sys.stderr,
-        )
-        return 2
-    rows = audit_rows(cfg)
-    if as_json:
-        print(json.dumps([row.as_dict() for row in rows], indent=1))
-    else:
-        print(format_rows(rows))
-    return 1 if any(row.missing for row in rows) else 0
-
-
 def _logs_to_stderr() -> None:
-    # stdout carries the summary or the --json rows; vLLM logs to stdout by
+    # stdout carries the summary; vLLM logs to stdout by
     # default (VLLM_LOGGING_STREAM), configured before main() runs.
     import logging
 
@@ -643,10 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = make_arg_parser().parse_args(argv)
     _logs_to_stderr()
     cfg = config_from_args(args)
-    if args.audit:
-        return _audit(cfg, args.json)
     if not torch.cuda.is_available():
-        print("warming needs a CUDA GPU (use --audit on CPU)", file=sys.stderr)
+        print("warming needs a CUDA GPU", file=sys.stderr)
         return 2
     summary = warm(cfg, progress=sys.stderr.isatty())
     print(format_summary(summary))

@@ -167,10 +167,13 @@ def spec_decode_triton_warmup_params(
         and _DEEPSEEK_V4_MTP_ARCH in draft_archs
     ):
         hf_config = draft_model_config.hf_config
+        # ModelConfig resolves "auto" and dtype names to a torch.dtype.
+        weight_dtype = draft_model_config.dtype
+        assert isinstance(weight_dtype, torch.dtype)
         params = replace(
             params,
             mtp_norm_hidden_size=hf_config.hidden_size,
-            mtp_norm_weight_dtype=draft_model_config.dtype,
+            mtp_norm_weight_dtype=weight_dtype,
             mtp_norm_eps=hf_config.rms_norm_eps,
         )
     if not params.eagle_proposer and params.mtp_norm_hidden_size is None:
@@ -193,10 +196,10 @@ def spec_decode_triton_warmup(
         params = spec_decode_triton_warmup_params(vllm_config, model_runner)
         if params is None:
             return
-        if device is not None and device.type == "cuda":
-            with torch.cuda.device(device):
-                warmup_spec_decode_triton(params)
-        else:
+        # Compiled kernels are loaded onto the current device: the worker's.
+        with torch.accelerator.device_index(
+            device.index if device is not None else None
+        ):
             warmup_spec_decode_triton(params)
     except Exception:
         logger.warning(
