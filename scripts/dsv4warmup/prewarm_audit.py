@@ -169,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
 
     args = make_arg_parser().parse_args(argv)
+    prewarm._logs_to_stderr()  # stdout carries the rows
     cfg = prewarm.config_from_args(args).replace(
         num_sms=args.num_sms, use_deep_gemm=args.deep_gemm
     )
