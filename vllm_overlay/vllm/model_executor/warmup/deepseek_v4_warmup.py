@@ -319,8 +319,11 @@ def mhc_call_sites(
     sites: dict[Any, Any] = {}
     for entry in entries:
         site = MhcCallSite(entry, pre)  # type: ignore[arg-type]
-        broadcast = zeros(mix_hc, hidden) if entry == "pre_broadcast" else None
-        sites[site] = BoundMhcCallSite(site, device, fn_broadcast=broadcast, **layer)
+        tensors = dict(layer)
+        if entry == "pre_broadcast":
+            # Only bases with the broadcast first layer bind its weights.
+            tensors["fn_broadcast"] = zeros(mix_hc, hidden)
+        sites[site] = BoundMhcCallSite(site, device, **tensors)
     post = MhcCallSite("post", MhcPostParams(hidden, hc))
     sites[post] = BoundMhcCallSite(post, device)
     head = MhcCallSite(
@@ -583,6 +586,20 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
     return cfg.replace(**changes)
 
 
+def cache_dirs() -> dict[str, str]:
+    """The disk caches a warm-up fills, by compiler: what an image build
+    should keep so that the server loads these kernels instead of compiling."""
+    from triton import knobs
+
+    dirs = {"Triton": str(knobs.cache.dir)}
+    try:
+        from tilelang.env import env as tilelang_env
+    except ImportError:
+        return dirs
+    dirs["TileLang"] = str(tilelang_env.TILELANG_CACHE_DIR)
+    return dirs
+
+
 def _logs_to_stderr() -> None:
     # stdout carries the summary; vLLM logs to stdout by
     # default (VLLM_LOGGING_STREAM), configured before main() runs.
@@ -602,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     summary = warm(cfg, progress=sys.stderr.isatty())
     print(format_summary(summary))
+    for compiler, path in cache_dirs().items():
+        print(f"{compiler} cache filled: {path}")
     return 1 if summary.failed else 0
 
 

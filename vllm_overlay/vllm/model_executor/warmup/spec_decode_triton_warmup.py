@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+import vllm.envs as envs
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.model_executor.warmup.triton_specialization import (
@@ -189,8 +190,8 @@ def spec_decode_triton_warmup(
     """Startup hook: compile the helper kernels a speculative-decoding
     configuration can reach. Returns quietly for every other configuration;
     a failure is logged and never stops the server (the kernels then compile
-    on first use, as without warmup)."""
-    if vllm_config.speculative_config is None:
+    on first use, as without warmup). ``VLLM_DSV4_JIT_WARMUP=0`` skips it."""
+    if vllm_config.speculative_config is None or not envs.VLLM_DSV4_JIT_WARMUP:
         return
     try:
         params = spec_decode_triton_warmup_params(vllm_config, model_runner)
