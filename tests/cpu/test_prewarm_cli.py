@@ -170,6 +170,7 @@ def test_flags_and_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(
         json.dumps(
             {
+                "model_type": "deepseek_v4",
                 "hidden_size": 7168,
                 "index_topk": 1024,
                 "compress_ratios": [0, 0, 4, 128, 4, 128],
@@ -219,7 +220,13 @@ def test_serve_defaults_the_cli_mirrors(tmp_path: Path) -> None:
     # vllm serve: MTP without num_speculative_tokens drafts with the model's
     # MTP layers; without --max-model-len the model's own maximum.
     (tmp_path / "config.json").write_text(
-        json.dumps({"num_nextn_predict_layers": 1, "max_position_embeddings": 1 << 20})
+        json.dumps(
+            {
+                "model_type": "deepseek_v4",
+                "num_nextn_predict_layers": 1,
+                "max_position_embeddings": 1 << 20,
+            }
+        )
     )
     cfg = _parse("--model", str(tmp_path), "--speculative-config", '{"method": "mtp"}')
     assert cfg.uses_mtp and cfg.num_speculative_tokens == 1
@@ -254,3 +261,40 @@ def test_audit_refuses_what_the_drivers_do_not_model() -> None:
     )
     with pytest.raises(ValueError, match="parallel_drafting"):
         prewarm_audit.audit_rows(cfg)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "says"),
+    [
+        (["--block-size", "7"], "--block-size", "multiple of 128"),
+        (["--max-num-batched-tokens", "-5"], "--max-num-batched-tokens", ">= 1"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens", ">= 1"),
+        (["--hf-config-path", "/nonexistent"], "--hf-config-path", "cannot read"),
+        (["--model", "{missing}"], "--model", "cannot read"),
+        (["--hf-config-path", "{unreadable}"], "--hf-config-path", "cannot read"),
+        (["--hf-config-path", "{not_json}"], "--hf-config-path", "not JSON"),
+        (["--hf-config-path", "{llama}"], "--hf-config-path", "not a DeepSeek V4 config"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    tmp_path: Path, argv: list[str], flag: str, says: str
+) -> None:
+    files = {
+        "missing": tmp_path / "missing",
+        "unreadable": tmp_path / "unreadable.json",
+        "not_json": tmp_path / "not_json.json",
+        "llama": tmp_path / "llama",
+    }
+    files["missing"].mkdir()  # a model directory without config.json
+    files["unreadable"].write_text("{}")
+    files["unreadable"].chmod(0)
+    files["not_json"].write_text("{nope")
+    files["llama"].mkdir()
+    (files["llama"] / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    if os.geteuid() == 0 and "{unreadable}" in argv:
+        pytest.skip("root reads a mode-0 file")
+    res = _cli(*(a.format(**files) for a in argv), tooling=False)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and flag in errors[0] and says in errors[0], res.stderr
