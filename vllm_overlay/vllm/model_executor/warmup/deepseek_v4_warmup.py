@@ -549,15 +549,64 @@ def _num_speculative_tokens(spec: dict[str, Any], cfg: DeepseekV4WarmupConfig) -
     return int(k or 0)
 
 
+class FlagError(ValueError):
+    """A flag value this entry point refuses; the message names the flag."""
+
+
+def _read_hf_config(path: str, flag: str) -> dict[str, Any]:
+    """The model's ``config.json`` (``path`` or the file in that directory),
+    checked to be a DeepSeek V4 config."""
+    config_json = Path(path)
+    if config_json.is_dir():
+        config_json = config_json / "config.json"
+    try:
+        hf_config = json.loads(config_json.read_text())
+    except OSError as e:
+        raise FlagError(
+            f"argument {flag}: cannot read {config_json}: {e.strerror}"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FlagError(f"argument {flag}: {config_json} is not JSON: {e}") from None
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if model_type != "deepseek_v4":
+        raise FlagError(
+            f"argument {flag}: {config_json} is not a DeepSeek V4 config "
+            f"(model_type {model_type!r}, expected 'deepseek_v4')"
+        )
+    return hf_config
+
+
+def validate_args(args: argparse.Namespace) -> None:
+    """Refuse the values ``vllm serve`` would refuse for DeepSeek V4, with one
+    line naming the flag and what it accepts."""
+    for name in (
+        "max_num_batched_tokens",
+        "max_model_len",
+        "max_num_seqs",
+        "tensor_parallel_size",
+        "decode_context_parallel_size",
+    ):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise FlagError(f"argument {flag}: must be >= 1, got {value}")
+    # A KV block must hold whole compressed tokens of every compressed layer;
+    # the default ratios are the released models' (config.json may add more).
+    ratio = max(DeepseekV4WarmupConfig.compress_ratios)
+    if args.block_size < 1 or args.block_size % ratio:
+        raise FlagError(
+            f"argument --block-size: DeepSeek V4 needs a positive multiple of "
+            f"{ratio} (its largest KV compression ratio), got {args.block_size}"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
     cfg = DeepseekV4WarmupConfig()
     max_len_from_config = None
     path = args.hf_config_path or args.model
     if path:
-        config_json = Path(path)
-        if config_json.is_dir():
-            config_json = config_json / "config.json"
-        hf_config = json.loads(config_json.read_text())
+        flag = "--hf-config-path" if args.hf_config_path else "--model"
+        hf_config = _read_hf_config(path, flag)
         cfg = config_from_hf_config(hf_config, cfg)
         # Like vllm serve: without --max-model-len, the model's own maximum.
         max_len_from_config = hf_config.get("max_position_embeddings")
@@ -611,9 +660,15 @@ def _logs_to_stderr() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_arg_parser().parse_args(argv)
+    parser = make_arg_parser()
+    args = parser.parse_args(argv)
     _logs_to_stderr()
-    cfg = config_from_args(args)
+    try:
+        validate_args(args)
+        cfg = config_from_args(args)
+    except FlagError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("warming needs a CUDA GPU", file=sys.stderr)
         return 2
