@@ -1,5 +1,12 @@
-"""``--audit`` of vLLM's offline pre-warm entry point
+"""Coverage audit for the flags of vLLM's offline pre-warm entry point
 (``python -m vllm.model_executor.warmup.deepseek_v4_warmup``, patch 0009).
+
+``python -m dsv4warmup.prewarm_audit [vllm serve flags] [--num-sms N]
+[--no-deep-gemm] [--json]`` (with the patched tree and this repository's
+``scripts/`` on ``PYTHONPATH``) parses the flags with the entry point's own
+parser, prints one row per kernel and exits 1 if a key is missing. The audit
+lives here, not in vLLM: it drives the call sites through this repository's
+drivers.
 
 The warmed side is what that entry point compiles for its configuration,
 recorded (exact Triton keys, TileLang static keys) while its own launch code
@@ -10,14 +17,18 @@ never from the warmup's key functions.
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from . import callsites  # noqa: F401  (first: lets vLLM keep Triton on a CPU-only machine)
 from .audit import GROUPS, Row, format_table
 from .serving import ServingConfig
 
-__all__ = ["audit_rows", "format_rows", "serving_config", "warmed_keys"]
+__all__ = ["audit_rows", "format_rows", "main", "serving_config", "warmed_keys"]
 
 
 def serving_config(cfg: Any) -> ServingConfig:
@@ -131,3 +142,44 @@ def audit_rows(cfg: Any) -> list[Row]:
 
 def format_rows(rows: list[Row]) -> str:
     return format_table("DeepSeek V4 kernel keys: runtime call sites vs pre-warm", rows)
+
+
+def make_arg_parser() -> argparse.ArgumentParser:
+    """The entry point's parser plus the audit's own flags."""
+    from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
+
+    p = prewarm.make_arg_parser()
+    p.prog = "python -m dsv4warmup.prewarm_audit"
+    p.description = (
+        "On CPU: compare the keys the pre-warm entry point compiles for these "
+        "vllm serve flags with the keys vLLM's call sites produce."
+    )
+    p.add_argument("--num-sms", type=int, help="SM count (default: H100/H200's)")
+    p.add_argument(
+        "--deep-gemm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether DeepGEMM runs the mHC GEMM (default: as the drivers model it)",
+    )
+    p.add_argument("--json", action="store_true", help="rows as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from vllm.model_executor.warmup import deepseek_v4_warmup as prewarm
+
+    args = make_arg_parser().parse_args(argv)
+    prewarm._logs_to_stderr()  # stdout carries the rows
+    cfg = prewarm.config_from_args(args).replace(
+        num_sms=args.num_sms, use_deep_gemm=args.deep_gemm
+    )
+    rows = audit_rows(cfg)
+    if args.json:
+        print(json.dumps([row.as_dict() for row in rows], indent=1))
+    else:
+        print(format_rows(rows))
+    return 1 if any(row.missing for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -64,6 +64,59 @@ if not INTERPRETED:
         assert builder.req_id_per_token_buffer.dtype == torch.int32
         assert bool((builder.req_id_per_token_buffer == 0).all())
 
+    def test_builder_bounds_block_ids_by_the_bound_kv_cache() -> None:
+        """The C128A block-id bound the builder passes is the number of kernel
+        blocks of the KV cache bound to its layers (read in build()), not
+        cache_config.num_gpu_blocks: with two kernel blocks per allocation
+        block, that would reject half the valid ids."""
+        from typing import Any
+        from unittest import mock
+
+        import torch
+        from dsv4warmup.callsites.sparse_mla import Batch, Runner, no_attention_kernels
+        from dsv4warmup.serving import FLASH
+        from dsv4warmup.triton_keys import record_launches
+        from vllm.models.deepseek_v4 import sparse_mla
+
+        cfg = FLASH.replace(max_num_batched_tokens=64, max_model_len=4096, max_num_seqs=8)
+        runner = Runner(cfg, device="cpu")
+        runner.vllm_config.cache_config.num_gpu_blocks = 1000  # allocation blocks
+        builder = runner.builders[128]
+        ctx = runner.vllm_config.compilation_config.static_forward_context
+        seen: list[int] = []
+
+        def recording(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+            seen.append(kwargs["num_kv_blocks"])
+            n_decode, n_total = args[2], args[0].shape[0]
+            return (
+                builder.c128a_global_decode_buffer[:n_decode],
+                builder.c128a_decode_lens_buffer[:n_decode],
+                builder.c128a_prefill_buffer[: n_total - n_decode],
+            )
+
+        def build() -> int:
+            batch = Batch(decodes=((1, 1000),) * 2, prefills=((8, 300),))
+            with (
+                no_attention_kernels("cpu"),
+                record_launches(),  # the slot-mapping kernel: recorded, not run
+                mock.patch.object(sparse_mla, "build_c128a_topk_metadata", recording),
+            ):
+                builder.build(0, runner.common_metadata(batch, 0))
+            return seen[-1]
+
+        def bind(*blocks: int) -> None:
+            builder.layer_names = [f"c128a.{i}" for i in range(len(blocks))]
+            for name, n in zip(builder.layer_names, blocks, strict=True):
+                ctx[name] = mock.Mock(kv_cache=torch.empty((n, 2, 584), dtype=torch.uint8))
+
+        bind(2000)  # 1000 allocation blocks of two kernel blocks
+        assert build() == 2000
+        bind(2000, 1500)  # the smallest cache bounds the shared ids
+        assert build() == 1500
+        for name in builder.layer_names:  # before bind_kv_cache: empty views
+            ctx[name] = mock.Mock(kv_cache=torch.tensor([]))
+        assert build() == 0
+
 else:
     import numpy as np
     import torch

@@ -1,10 +1,12 @@
 """The offline pre-warm entry point (patch 0009):
 ``python -m vllm.model_executor.warmup.deepseek_v4_warmup``.
 
-* ``--audit --json`` through the real command line: schema, 0 missing for
-  the default (report) configuration, exit 0; exit 1 once one warmed key is
-  removed (mutation); exit 2 with a clear message without the call-site
-  drivers, and without a GPU when asked to warm.
+* The repository's audit of the entry point's flags,
+  ``python -m dsv4warmup.prewarm_audit --json``, through the real command
+  line: schema, 0 missing for the default (report) configuration, exit 0;
+  exit 1 once one warmed key is removed (mutation).
+* The in-tree entry point has no audit (it must not import this repository's
+  tooling) and exits 2 with a clear message without a GPU.
 * What the entry point compiles equals, key for key, what the worker's
   start-up warmups compile (``dsv4warmup.callsites.*.warmup_keys``, driving
   the real ``kernel_warmup`` entry points) over a configuration sweep, and
@@ -27,6 +29,7 @@ from dsv4warmup.callsites import mhc, sparse_mla, spec_decode
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "vllm.model_executor.warmup.deepseek_v4_warmup"
+AUDIT_MODULE = "dsv4warmup.prewarm_audit"
 FIELDS = {"kernel", "runtime_keys", "warmed_keys", "missing", "wasted"}
 
 
@@ -34,12 +37,18 @@ def _tree() -> str:
     return os.environ["DSV4_VLLM_TREE"]
 
 
-def _cli(*args: str, tooling: bool = True) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, tooling: bool = True, module: str = MODULE
+) -> subprocess.CompletedProcess[str]:
     paths = [_tree()] + ([str(REPO / "scripts")] if tooling else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), CUDA_VISIBLE_DEVICES="")
     return subprocess.run(
-        [sys.executable, "-m", MODULE, *args], capture_output=True, text=True, env=env
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env
     )
+
+
+def _audit_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return _cli(*args, module=AUDIT_MODULE)
 
 
 def _prewarm() -> Any:
@@ -49,7 +58,7 @@ def _prewarm() -> Any:
 
 
 def test_audit_json_default_config_misses_nothing() -> None:
-    res = _cli("--audit", "--json")
+    res = _audit_cli("--json")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = json.loads(res.stdout[res.stdout.index("[") :])
     assert isinstance(rows, list) and rows
@@ -74,21 +83,25 @@ def test_audit_json_default_config_misses_nothing() -> None:
 
 
 def test_audit_table_and_flags() -> None:
-    res = _cli("--audit", "--no-deep-gemm", "--max-num-batched-tokens", "2048")
+    res = _audit_cli("--no-deep-gemm", "--max-num-batched-tokens", "2048")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "hc_prenorm_gemm" in res.stdout  # the 12th kernel, without DeepGEMM
     total = next(line for line in res.stdout.splitlines() if line.strip().startswith("total"))
     assert total.split()[3] == "0"  # missing
 
 
-def test_audit_without_tooling_says_how() -> None:
+def test_entry_point_has_no_audit_and_needs_no_tooling() -> None:
+    # vLLM must not import this repository's tooling: the audit is ours.
     res = _cli("--audit", tooling=False)
     assert res.returncode == 2
-    assert "PYTHONPATH" in res.stderr and "dsv4-warmup" in res.stderr
+    assert "unrecognized arguments: --audit" in res.stderr
+    assert "Traceback" not in res.stderr
+    source = Path(_prewarm().__file__).read_text()
+    assert "dsv4warmup" not in source
 
 
 def test_warming_needs_a_gpu() -> None:
-    res = _cli()
+    res = _cli(tooling=False)
     assert res.returncode == 2
     assert "CUDA GPU" in res.stderr
 
@@ -105,7 +118,7 @@ def test_audit_fails_when_one_key_is_not_warmed(
         return todo[: c128a[0]] + todo[c128a[0] + 1 :]
 
     monkeypatch.setattr(prewarm, "triton_launches", one_short)
-    assert prewarm.main(["--audit", "--json"]) == 1
+    assert prewarm_audit.main(["--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
     missing = {r["kernel"]: r["missing"] for r in rows if r["missing"]}
     assert missing == {"_build_c128a_topk_metadata_kernel": 1}
@@ -157,6 +170,7 @@ def test_flags_and_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(
         json.dumps(
             {
+                "model_type": "deepseek_v4",
                 "hidden_size": 7168,
                 "index_topk": 1024,
                 "compress_ratios": [0, 0, 4, 128, 4, 128],
@@ -206,7 +220,13 @@ def test_serve_defaults_the_cli_mirrors(tmp_path: Path) -> None:
     # vllm serve: MTP without num_speculative_tokens drafts with the model's
     # MTP layers; without --max-model-len the model's own maximum.
     (tmp_path / "config.json").write_text(
-        json.dumps({"num_nextn_predict_layers": 1, "max_position_embeddings": 1 << 20})
+        json.dumps(
+            {
+                "model_type": "deepseek_v4",
+                "num_nextn_predict_layers": 1,
+                "max_position_embeddings": 1 << 20,
+            }
+        )
     )
     cfg = _parse("--model", str(tmp_path), "--speculative-config", '{"method": "mtp"}')
     assert cfg.uses_mtp and cfg.num_speculative_tokens == 1
@@ -241,3 +261,40 @@ def test_audit_refuses_what_the_drivers_do_not_model() -> None:
     )
     with pytest.raises(ValueError, match="parallel_drafting"):
         prewarm_audit.audit_rows(cfg)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "says"),
+    [
+        (["--block-size", "7"], "--block-size", "multiple of 128"),
+        (["--max-num-batched-tokens", "-5"], "--max-num-batched-tokens", ">= 1"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens", ">= 1"),
+        (["--hf-config-path", "/nonexistent"], "--hf-config-path", "cannot read"),
+        (["--model", "{missing}"], "--model", "cannot read"),
+        (["--hf-config-path", "{unreadable}"], "--hf-config-path", "cannot read"),
+        (["--hf-config-path", "{not_json}"], "--hf-config-path", "not JSON"),
+        (["--hf-config-path", "{llama}"], "--hf-config-path", "not a DeepSeek V4 config"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    tmp_path: Path, argv: list[str], flag: str, says: str
+) -> None:
+    files = {
+        "missing": tmp_path / "missing",
+        "unreadable": tmp_path / "unreadable.json",
+        "not_json": tmp_path / "not_json.json",
+        "llama": tmp_path / "llama",
+    }
+    files["missing"].mkdir()  # a model directory without config.json
+    files["unreadable"].write_text("{}")
+    files["unreadable"].chmod(0)
+    files["not_json"].write_text("{nope")
+    files["llama"].mkdir()
+    (files["llama"] / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    if os.geteuid() == 0 and "{unreadable}" in argv:
+        pytest.skip("root reads a mode-0 file")
+    res = _cli(*(a.format(**files) for a in argv), tooling=False)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and flag in errors[0] and says in errors[0], res.stderr

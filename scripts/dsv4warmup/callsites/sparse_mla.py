@@ -221,6 +221,12 @@ class Runner:
         self.layers = {
             ratio: _fake_flashmla_layer(cfg, ratio, device) for ratio in attention_layer_ratios(cfg)
         }
+        # What bind_kv_cache leaves in the static forward context: the patched
+        # C128A builder bounds block ids by its layers' KV caches.
+        ctx = self.vllm_config.compilation_config.static_forward_context
+        for ratio, builder in self.builders.items():
+            for name in builder.layer_names:
+                ctx[name] = self.layers[ratio]
 
     def common_metadata(self, batch: Batch, group: int) -> Any:
         import torch

@@ -152,6 +152,40 @@ def _compile(launches):
         launch.kernel.warmup(*launch.args, grid=(1,), **launch.kwargs)
 
 
+def _builder_with_kv_caches(caches, num_gpu_blocks):
+    """A metadata builder with only what its block-id bound reads: its layer
+    names and the KV caches bound to those layers."""
+    from types import SimpleNamespace
+
+    from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadataBuilder
+
+    builder = object.__new__(DeepseekV4FlashMLAMetadataBuilder)
+    builder.layer_names = list(caches)
+    builder.vllm_config = SimpleNamespace(
+        cache_config=SimpleNamespace(num_gpu_blocks=num_gpu_blocks),
+        compilation_config=SimpleNamespace(
+            static_forward_context={
+                name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()
+            }
+        ),
+    )
+    return builder
+
+
+def test_c128a_block_id_bound_counts_kernel_blocks_of_the_bound_kv_cache():
+    # 1000 allocation blocks of two kernel blocks each: block-table ids go up
+    # to 1999, so num_gpu_blocks (1000) would drop valid ids.
+    kv_cache = torch.empty(2000, BLOCK, 584, dtype=torch.uint8)
+    builder = _builder_with_kv_caches({"a": kv_cache}, num_gpu_blocks=1000)
+    assert builder._num_kernel_blocks() == 2000
+    smaller = torch.empty(1500, BLOCK, 584, dtype=torch.uint8)
+    builder = _builder_with_kv_caches({"a": kv_cache, "b": smaller}, 1000)
+    assert builder._num_kernel_blocks() == 1500
+    # Before bind_kv_cache: empty tensors, every block id is out of range.
+    builder = _builder_with_kv_caches({"a": torch.tensor([])}, 1000)
+    assert builder._num_kernel_blocks() == 0
+
+
 @pytest.mark.parametrize("max_model_len", [4096, 65536])
 @torch.inference_mode()
 def test_warmup_covers_serving_launches(max_model_len):

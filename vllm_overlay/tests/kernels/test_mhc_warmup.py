@@ -6,6 +6,7 @@ select for a serving configuration, so calls afterwards compile nothing."""
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -70,7 +71,9 @@ def deep_gemm_mode(enabled: bool) -> Iterator[None]:
     wrappers take their DeepGEMM branch (the TileLang keys are the same)."""
     import vllm.utils.deep_gemm as deep_gemm
 
-    patches = [mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: enabled)]
+    patches: list[Any] = [
+        mock.patch.object(deep_gemm, "is_deep_gemm_supported", lambda: enabled)
+    ]
     if enabled and not has_deep_gemm():
         patches.append(
             mock.patch.object(

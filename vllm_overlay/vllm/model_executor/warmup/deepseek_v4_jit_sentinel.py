@@ -9,10 +9,11 @@ deployments). Unset (the default), nothing is installed.
 """
 
 import logging
-import os
-import re
 from typing import Any
 
+import regex as re
+
+import vllm.envs as envs
 from vllm.logger import init_logger
 
 logger = init_logger(__name__)
@@ -45,7 +46,8 @@ _armed_mode: str | None = None
 
 
 def sentinel_mode() -> str | None:
-    mode = os.environ.get(ENV, "").strip().lower()
+    """The mode ``VLLM_DSV4_JIT_SENTINEL`` asks for: ``warn``, ``raise`` or None."""
+    mode = (envs.VLLM_DSV4_JIT_SENTINEL or "").strip().lower()
     if mode in ("", "0", "off", "none"):
         return None
     if mode not in ("warn", "raise"):

@@ -17,10 +17,6 @@ Both paths go through the same code: the ``*_warmup_launches`` functions beside
 each Triton kernel, ``compile_triton_warmup``, and for the mHC TileLang kernels
 ``mhc_warmup_launches`` / ``nvidia_mhc_warmup``. Only where the parameters come
 from differs (a loaded model there, flags here).
-
-``--audit`` compares, on CPU, the keys this warmup compiles with the keys the
-runtime call sites produce over a serving sweep. The call-site drivers live
-outside vLLM (the dsv4-warmup tooling, ``dsv4warmup`` on ``PYTHONPATH``).
 """
 
 import argparse
@@ -37,10 +33,8 @@ from typing import Any
 
 import torch
 
-from vllm.logger import init_logger
+import vllm.envs as envs
 from vllm.utils.math_utils import cdiv
-
-logger = init_logger(__name__)
 
 _MTP_METHODS = ("mtp", "deepseek_mtp")
 # DeepseekV4SWACache: the MTP layer's only KV cache (block size fixed by the
@@ -325,8 +319,11 @@ def mhc_call_sites(
     sites: dict[Any, Any] = {}
     for entry in entries:
         site = MhcCallSite(entry, pre)  # type: ignore[arg-type]
-        broadcast = zeros(mix_hc, hidden) if entry == "pre_broadcast" else None
-        sites[site] = BoundMhcCallSite(site, device, fn_broadcast=broadcast, **layer)
+        tensors = dict(layer)
+        if entry == "pre_broadcast":
+            # Only bases with the broadcast first layer bind its weights.
+            tensors["fn_broadcast"] = zeros(mix_hc, hidden)
+        sites[site] = BoundMhcCallSite(site, device, **tensors)
     post = MhcCallSite("post", MhcPostParams(hidden, hc))
     sites[post] = BoundMhcCallSite(post, device)
     head = MhcCallSite(
@@ -390,10 +387,7 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
     """Compile every key of ``cfg`` on the current GPU: the Triton kernels
     (compile only, nothing runs) and the mHC TileLang kernels (each wrapper
     called once per new key on zero tensors)."""
-    from vllm.model_executor.warmup.deepseek_v4_mhc_warmup import (
-        _num_compile_threads,
-        nvidia_mhc_warmup,
-    )
+    from vllm.model_executor.warmup.deepseek_v4_mhc_warmup import nvidia_mhc_warmup
     from vllm.model_executor.warmup.triton_specialization import (
         compile_triton_warmup,
         unique_launches,
@@ -410,6 +404,7 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
                 f"{getattr(detected, name)}; warm on the serving GPU model"
             )
     cfg = detected
+    assert cfg.num_sms is not None and cfg.use_deep_gemm is not None
     started = time.perf_counter()
     by_kernel: dict[str, list[Any]] = {}
     for launch in unique_launches(triton_launches(cfg)):
@@ -434,7 +429,7 @@ def warm(cfg: DeepseekV4WarmupConfig, *, progress: bool = False) -> WarmupSummar
         mhc_token_counts(cfg),
         use_deep_gemm=cfg.use_deep_gemm,
         num_sms=cfg.num_sms,
-        num_threads=_num_compile_threads(),
+        num_threads=envs.VLLM_TRITON_JIT_WARMUP_NUM_THREADS,
     )
     torch.accelerator.synchronize()
     record(KernelWarmupResult("mHC TileLang kernels", total, total - warmed), t0)
@@ -537,24 +532,6 @@ def make_arg_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compress-ratios", type=int, nargs="+", help="override config.json"
     )
-    p.add_argument(
-        "--num-sms",
-        type=int,
-        help="SM count for --audit (default: this GPU; warming needs this GPU's)",
-    )
-    p.add_argument(
-        "--deep-gemm",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="whether DeepGEMM runs the mHC GEMM, for --audit (default and when "
-        "warming: as vLLM detects it here)",
-    )
-    p.add_argument(
-        "--audit",
-        action="store_true",
-        help="on CPU: compare the warmed keys with the runtime call sites' keys",
-    )
-    p.add_argument("--json", action="store_true", help="with --audit: rows as JSON")
     return p
 
 
@@ -572,15 +549,64 @@ def _num_speculative_tokens(spec: dict[str, Any], cfg: DeepseekV4WarmupConfig) -
     return int(k or 0)
 
 
+class FlagError(ValueError):
+    """A flag value this entry point refuses; the message names the flag."""
+
+
+def _read_hf_config(path: str, flag: str) -> dict[str, Any]:
+    """The model's ``config.json`` (``path`` or the file in that directory),
+    checked to be a DeepSeek V4 config."""
+    config_json = Path(path)
+    if config_json.is_dir():
+        config_json = config_json / "config.json"
+    try:
+        hf_config = json.loads(config_json.read_text())
+    except OSError as e:
+        raise FlagError(
+            f"argument {flag}: cannot read {config_json}: {e.strerror}"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FlagError(f"argument {flag}: {config_json} is not JSON: {e}") from None
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if model_type != "deepseek_v4":
+        raise FlagError(
+            f"argument {flag}: {config_json} is not a DeepSeek V4 config "
+            f"(model_type {model_type!r}, expected 'deepseek_v4')"
+        )
+    return hf_config
+
+
+def validate_args(args: argparse.Namespace) -> None:
+    """Refuse the values ``vllm serve`` would refuse for DeepSeek V4, with one
+    line naming the flag and what it accepts."""
+    for name in (
+        "max_num_batched_tokens",
+        "max_model_len",
+        "max_num_seqs",
+        "tensor_parallel_size",
+        "decode_context_parallel_size",
+    ):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise FlagError(f"argument {flag}: must be >= 1, got {value}")
+    # A KV block must hold whole compressed tokens of every compressed layer;
+    # the default ratios are the released models' (config.json may add more).
+    ratio = max(DeepseekV4WarmupConfig.compress_ratios)
+    if args.block_size < 1 or args.block_size % ratio:
+        raise FlagError(
+            f"argument --block-size: DeepSeek V4 needs a positive multiple of "
+            f"{ratio} (its largest KV compression ratio), got {args.block_size}"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
     cfg = DeepseekV4WarmupConfig()
     max_len_from_config = None
     path = args.hf_config_path or args.model
     if path:
-        config_json = Path(path)
-        if config_json.is_dir():
-            config_json = config_json / "config.json"
-        hf_config = json.loads(config_json.read_text())
+        flag = "--hf-config-path" if args.hf_config_path else "--model"
+        hf_config = _read_hf_config(path, flag)
         cfg = config_from_hf_config(hf_config, cfg)
         # Like vllm serve: without --max-model-len, the model's own maximum.
         max_len_from_config = hf_config.get("max_position_embeddings")
@@ -600,8 +626,6 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
         disable_padded_drafter_batch=bool(
             spec.get("disable_padded_drafter_batch", False)
         ),
-        num_sms=args.num_sms,
-        use_deep_gemm=args.deep_gemm,
     )
     for name in _INT_OVERRIDES:
         if getattr(args, name) is not None:
@@ -611,26 +635,22 @@ def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
     return cfg.replace(**changes)
 
 
-def _audit(cfg: DeepseekV4WarmupConfig, as_json: bool) -> int:
+def cache_dirs() -> dict[str, str]:
+    """The disk caches a warm-up fills, by compiler: what an image build
+    should keep so that the server loads these kernels instead of compiling."""
+    from triton import knobs
+
+    dirs = {"Triton": str(knobs.cache.dir)}
     try:
-        from dsv4warmup.prewarm_audit import audit_rows, format_rows
+        from tilelang.env import env as tilelang_env
     except ImportError:
-        print(
-            "--audit drives vLLM's call sites through the dsv4-warmup tooling: put its "
-            "scripts/ directory on PYTHONPATH (or run `make audit` there).",
-            file=sys.stderr,
-        )
-        return 2
-    rows = audit_rows(cfg)
-    if as_json:
-        print(json.dumps([row.as_dict() for row in rows], indent=1))
-    else:
-        print(format_rows(rows))
-    return 1 if any(row.missing for row in rows) else 0
+        return dirs
+    dirs["TileLang"] = str(tilelang_env.TILELANG_CACHE_DIR)
+    return dirs
 
 
 def _logs_to_stderr() -> None:
-    # stdout carries the summary or the --json rows; vLLM logs to stdout by
+    # stdout carries the summary; vLLM logs to stdout by
     # default (VLLM_LOGGING_STREAM), configured before main() runs.
     import logging
 
@@ -640,16 +660,22 @@ def _logs_to_stderr() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_arg_parser().parse_args(argv)
+    parser = make_arg_parser()
+    args = parser.parse_args(argv)
     _logs_to_stderr()
-    cfg = config_from_args(args)
-    if args.audit:
-        return _audit(cfg, args.json)
+    try:
+        validate_args(args)
+        cfg = config_from_args(args)
+    except FlagError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
-        print("warming needs a CUDA GPU (use --audit on CPU)", file=sys.stderr)
+        print("warming needs a CUDA GPU", file=sys.stderr)
         return 2
     summary = warm(cfg, progress=sys.stderr.isatty())
     print(format_summary(summary))
+    for compiler, path in cache_dirs().items():
+        print(f"{compiler} cache filled: {path}")
     return 1 if summary.failed else 0
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+import vllm.envs as envs
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.model_executor.warmup.triton_specialization import (
@@ -167,10 +168,13 @@ def spec_decode_triton_warmup_params(
         and _DEEPSEEK_V4_MTP_ARCH in draft_archs
     ):
         hf_config = draft_model_config.hf_config
+        # ModelConfig resolves "auto" and dtype names to a torch.dtype.
+        weight_dtype = draft_model_config.dtype
+        assert isinstance(weight_dtype, torch.dtype)
         params = replace(
             params,
             mtp_norm_hidden_size=hf_config.hidden_size,
-            mtp_norm_weight_dtype=draft_model_config.dtype,
+            mtp_norm_weight_dtype=weight_dtype,
             mtp_norm_eps=hf_config.rms_norm_eps,
         )
     if not params.eagle_proposer and params.mtp_norm_hidden_size is None:
@@ -186,17 +190,17 @@ def spec_decode_triton_warmup(
     """Startup hook: compile the helper kernels a speculative-decoding
     configuration can reach. Returns quietly for every other configuration;
     a failure is logged and never stops the server (the kernels then compile
-    on first use, as without warmup)."""
-    if vllm_config.speculative_config is None:
+    on first use, as without warmup). ``VLLM_DSV4_JIT_WARMUP=0`` skips it."""
+    if vllm_config.speculative_config is None or not envs.VLLM_DSV4_JIT_WARMUP:
         return
     try:
         params = spec_decode_triton_warmup_params(vllm_config, model_runner)
         if params is None:
             return
-        if device is not None and device.type == "cuda":
-            with torch.cuda.device(device):
-                warmup_spec_decode_triton(params)
-        else:
+        # Compiled kernels are loaded onto the current device: the worker's.
+        with torch.accelerator.device_index(
+            device.index if device is not None else None
+        ):
             warmup_spec_decode_triton(params)
     except Exception:
         logger.warning(

@@ -17,10 +17,8 @@ takes values in [lo, hi]" into those representatives and compile each distinct
 launch once with ``JITFunction.warmup`` (no kernel runs, no device memory).
 """
 
-import itertools
-import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,16 +50,6 @@ class WarmupPointer:
         # One element past an aligned address is unaligned for every dtype
         # narrower than 16 bytes, which is what an offset view produces.
         return 0 if self.aligned else self.dtype.itemsize
-
-
-def pointer_variants(
-    dtype: torch.dtype, *, may_be_unaligned: bool
-) -> tuple[WarmupPointer, ...]:
-    """The pointer specializations of one argument: aligned, and unaligned if
-    the call site can pass an offset view."""
-    if may_be_unaligned:
-        return (WarmupPointer(dtype, True), WarmupPointer(dtype, False))
-    return (WarmupPointer(dtype, True),)
 
 
 def int_key_class(value: int) -> tuple[str, str]:
@@ -158,22 +146,11 @@ def unique_launches(
     return list(seen.values())
 
 
-def product_launches(
-    kernel: Any,
-    arg_choices: Sequence[Iterable[Any]],
-    kwargs: dict[str, Any] | None = None,
-) -> Iterator[TritonWarmupLaunch]:
-    """Every combination of per-argument choices, as launches."""
-    for args in itertools.product(*(tuple(c) for c in arg_choices)):
-        yield TritonWarmupLaunch(kernel, tuple(args), dict(kwargs or {}))
-
-
 def _num_compile_threads() -> int:
-    # Same knob and default as later vLLM releases; 1 compiles serially.
-    try:
-        return max(1, int(os.environ.get("VLLM_TRITON_JIT_WARMUP_NUM_THREADS", "4")))
-    except ValueError:
-        return 4
+    """Compiler threads for one warmup (``VLLM_TRITON_JIT_WARMUP_NUM_THREADS``)."""
+    import vllm.envs as envs
+
+    return envs.VLLM_TRITON_JIT_WARMUP_NUM_THREADS
 
 
 def _load_compiled(kernel: Any) -> None:

@@ -366,16 +366,3 @@ def mhc_warmup_launches(
                 covered.update(new)
                 launches.append(MhcWarmupLaunch(site, num_tokens, new))
     return launches
-
-
-def mhc_warmup_keys(
-    sites: Iterable[MhcCallSite],
-    token_counts: Sequence[int],
-    *,
-    use_deep_gemm: bool,
-    num_sms: int,
-) -> set[TileLangKernelKey]:
-    launches = mhc_warmup_launches(
-        sites, token_counts, use_deep_gemm=use_deep_gemm, num_sms=num_sms
-    )
-    return {key for launch in launches for key in launch.keys}
