@@ -38,6 +38,15 @@ phase_gpu() {
     timeout ${PHASE_TIMEOUT:-1500} python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu} 2>&1 )
 }
 
+phase_gpu_each() {  # each file of GPU_TESTS in its own pytest, capped by PHASE_TIMEOUT (one
+  # hung or slow file cannot take the others' time)
+  ( lab patched; cd "$REPO" && for f in ${GPU_TESTS:-tests/gpu/test_v033_*_gpu.py}; do
+      echo "### $f (patched tree, forked)"
+      timeout -k 5 ${PHASE_TIMEOUT:-300} python3 -m pytest -m gpu -p no:cacheprovider -q -rfEs "$f" 2>&1
+      echo "### $f: exit $?"
+    done )
+}
+
 phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard overhead
   ( lab patched; cd "$REPO" &&
     timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
