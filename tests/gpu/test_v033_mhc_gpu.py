@@ -70,7 +70,7 @@ def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) ->
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sm_count)
     with mhc.deep_gemm_env(deep_gemm):
-        vllm_config = engine.vllm_config(cfg, mhc.gpu_for(cfg))
+        vllm_config = engine.vllm_config(cfg, "machine")
         registry = JitWarmupRegistry(vllm_config)
         with mhc._construction(vllm_config, prenorm_gemm=torch_tf32_hc_prenorm_gemm, real_gpu=True):
             with mhc._model_stubs(call_time=False):

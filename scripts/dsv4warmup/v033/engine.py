@@ -82,10 +82,40 @@ def engine_args_kwargs(cfg: ServingConfig, model: Path) -> dict[str, Any]:
     return kwargs
 
 
-def vllm_config(cfg: ServingConfig, gpu: platform.Gpu = platform.H200) -> Any:
-    """The tree's ``VllmConfig`` for ``cfg``, as ``vllm serve`` would build it."""
-    platform.install(gpu)
+_MACHINE = "machine"
+
+
+def vllm_config(cfg: ServingConfig, gpu: platform.Gpu | str | None = None) -> Any:
+    """The tree's ``VllmConfig`` for ``cfg``, as ``vllm serve`` would build it.
+
+    Args:
+        cfg: The serving configuration.
+        gpu: The GPU the CPU-hosted platform answers as; ``"machine"`` builds
+            on this machine's own platform (the GPU tests); ``None`` picks
+            the machine's platform when it has a CUDA GPU, else an H200.
+    """
+    if gpu is None:
+        gpu = _MACHINE if _has_cuda() else platform.H200
+    kwargs = engine_args_kwargs(cfg, model_dir(cfg))
+    if gpu == _MACHINE:
+        from vllm.platforms import current_platform
+
+        if current_platform.device_count() < cfg.tensor_parallel_size:
+            # Only the configuration is built, no worker is started: TP 4 on a
+            # one-GPU lab must not fail vLLM's "world size > GPUs" check,
+            # which applies only when vLLM picks the executor itself.
+            kwargs["distributed_executor_backend"] = "mp"
+    else:
+        assert isinstance(gpu, platform.Gpu), gpu
+        platform.install(gpu)
     from vllm.engine.arg_utils import EngineArgs
 
-    args = EngineArgs(**engine_args_kwargs(cfg, model_dir(cfg)))
-    return args.create_engine_config()
+    return EngineArgs(**kwargs).create_engine_config()
+
+
+def _has_cuda() -> bool:
+    if platform.installed_gpu() is not None:
+        return False  # a CPU-hosted platform is in place: keep answering as it
+    import torch
+
+    return torch.cuda.is_available()

@@ -255,14 +255,11 @@ def _vllm_config(cfg: ServingConfig, runner: str, device: str) -> Any:
     from dsv4warmup.v033 import engine, platform
 
     with runner_env(runner):
-        if not device.startswith("cuda"):
-            # Before anything imports vLLM: it decides on import what the platform is.
-            gpu = platform.GPUS.get(os.environ.get("DSV4_GPU", "h200"), platform.H200)
-            return engine.vllm_config(cfg, gpu)
-        from vllm.engine.arg_utils import EngineArgs  # a GPU machine's own platform
-
-        args = EngineArgs(**engine.engine_args_kwargs(cfg, engine.model_dir(cfg)))
-        return args.create_engine_config()
+        if device.startswith("cuda"):
+            return engine.vllm_config(cfg, "machine")
+        # Before anything imports vLLM: it decides on import what the platform is.
+        gpu = platform.GPUS.get(os.environ.get("DSV4_GPU", "h200"), platform.H200)
+        return engine.vllm_config(cfg, gpu)
 
 
 def build_model(
