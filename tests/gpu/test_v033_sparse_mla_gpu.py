@@ -79,7 +79,7 @@ def warm_up(vllm_config: Any, runner: str) -> None:
 def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
     from dsv4warmup.v033 import sparse_mla as driver
 
-    model = driver.build_model(CONFIGS[name], runner, device="cuda", kv_cache_bytes=4 << 30)
+    model = driver.build_model(CONFIGS[name], runner, device="cuda", kv_cache_bytes=32 << 30)
     with count_compiles() as warm:
         warm_up(model.vllm_config, runner)
         torch.cuda.synchronize()

@@ -191,7 +191,12 @@ def kernels_module() -> types.ModuleType:
     """``tilelang_kernels`` imported as on CUDA (the platform must be CUDA)."""
     if KERNELS_MODULE in sys.modules:
         return sys.modules[KERNELS_MODULE]
-    _gpu()
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda():
+        raise RuntimeError(
+            "needs a CUDA platform: a GPU, or dsv4warmup.v033.platform.install()"
+        )
     with contextlib.ExitStack() as stack:
         if not real_tilelang_available():
             _install_stand_in()
@@ -229,9 +234,9 @@ def _device(
     from vllm.utils import import_utils
 
     kernels = kernels_module()
-    props = types.SimpleNamespace(multi_processor_count=_gpu().sm_count)
     with contextlib.ExitStack() as stack:
         if not real_gpu:
+            props = types.SimpleNamespace(multi_processor_count=_gpu().sm_count)
             stack.enter_context(
                 mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props)
             )
