@@ -42,6 +42,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,10 +264,19 @@ def _guess_flag(message: str) -> ConfigError:
     return ConfigError("", text)
 
 
-def _explicit(parser: Any, ns: argparse.Namespace) -> dict[str, Any]:
-    """The arguments the command line set (values differing from the parser's defaults)."""
-    default = parser.parse_args([])
-    return {k: v for k, v in vars(ns).items() if getattr(default, k, object()) != v}
+_UNSET = object()
+
+
+def _explicit(parser: Any, ns: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """The arguments ``argv`` sets, with their values in ``ns`` (its parse),
+    a flag given with its default value included: ``--tensor-parallel-size 1``
+    is the user's TP 1, not "keep the report's deployment"."""
+    marker = _parser()
+    marker.set_defaults(
+        **{a.dest: _UNSET for a in marker._actions if a.dest not in ("help", argparse.SUPPRESS)}
+    )
+    seen = marker.parse_args(list(argv))
+    return {k: v for k, v in vars(ns).items() if getattr(seen, k, _UNSET) is not _UNSET}
 
 
 def resolve(point: Point) -> Resolved:
@@ -285,7 +295,7 @@ def resolve(point: Point) -> Resolved:
         ns = parser.parse_args(list(point.argv))
     except _ParserError as e:
         raise _parse_error(str(e)) from None
-    given = _explicit(parser, ns)
+    given = _explicit(parser, ns, point.argv)
     given.pop("model_tag", None)
     if getattr(ns, "model_tag", None):
         given["model"] = ns.model_tag
@@ -423,7 +433,7 @@ def resolve_legacy(point: Point) -> Resolved:
         ns = parser.parse_args(list(point.argv))
     except _ParserError as e:
         raise _parse_error(str(e)) from None
-    given = _explicit(parser, ns)
+    given = _explicit(parser, ns, point.argv)
     if getattr(ns, "model_tag", None):
         given["model"] = ns.model_tag
     for name in ("model", "hf_config_path"):
@@ -727,8 +737,9 @@ def engine_pin(res: Resolved) -> None:
 
 def _extra_kwargs(res: Resolved) -> dict[str, Any]:
     parser = _parser()
-    ns = parser.parse_args(list(res.config["serve_args"]))
-    given = _explicit(parser, ns)
+    argv = list(res.config["serve_args"])
+    ns = parser.parse_args(argv)
+    given = _explicit(parser, ns, argv)
     if getattr(ns, "model_tag", None):
         given["model"] = ns.model_tag
     from vllm.engine.arg_utils import EngineArgs

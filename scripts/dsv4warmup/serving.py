@@ -9,6 +9,7 @@ speculative token.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -96,6 +97,17 @@ class ServingConfig:
             self.speculative_method in ("mtp", "deepseek_mtp")
             and self.num_speculative_tokens > 0
             and self.num_nextn_predict_layers > 0
+        )
+
+    def schedulable(self, requests: Sequence[tuple[int, int]]) -> bool:
+        """Whether vLLM's scheduler could build a step of ``requests`` (query
+        length, sequence length) for this configuration: 1 … max_num_seqs
+        requests, at most max_num_batched_tokens new tokens, every sequence
+        within max_model_len."""
+        return (
+            0 < len(requests) <= self.max_num_seqs
+            and sum(q for q, _ in requests) <= self.max_num_batched_tokens
+            and all(0 < q <= s <= self.max_model_len for q, s in requests)
         )
 
     def replace(self, **changes: object) -> ServingConfig:

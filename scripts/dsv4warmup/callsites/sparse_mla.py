@@ -414,7 +414,7 @@ def scenarios(cfg: ServingConfig) -> Iterator[Batch]:
                 yield Batch(decodes=decodes, pad_to=pads[0])
     # Mixed decode query lengths (MTP with rejected drafts).
     if threshold > 1 and seqs >= 3:
-        yield Batch(decodes=((1, 100), (threshold, 200), (1, 300)))
+        yield Batch(decodes=((1, min(100, mml)), (threshold, min(200, mml)), (1, min(300, mml))))
 
     min_prefill = threshold + 1
     lengths = _boundary_values(min_prefill, min(mnbt, mml), (16, 128))
@@ -532,6 +532,8 @@ def chunk_boundary_scenarios(cfg: ServingConfig) -> Iterator[Batch]:
                 # The cheapest long request with c * width <= area < (c + 1) * width.
                 long = None
                 for s in sorted({mml, mml // 2, mml // 4, 4096, 2048, 1024}, reverse=True):
+                    if s > mml:
+                        continue
                     for q in range(min_prefill, min(s, budget) + 1):
                         w = _gathered_width(q, s, ratio, window)
                         if w * (c + 1) > area:
@@ -542,7 +544,7 @@ def chunk_boundary_scenarios(cfg: ServingConfig) -> Iterator[Batch]:
                         break
                 if long is None:
                     continue
-                decodes = tuple((1, 1000) for _ in range(num_decodes))
+                decodes = tuple((1, min(1000, mml)) for _ in range(num_decodes))
                 short = ((min_prefill, min_prefill),) * (c - 1)
                 for tail in tails:
                     if num_decodes + long[0] + (c - 1) * min_prefill + tail[0] <= mnbt:
@@ -550,8 +552,11 @@ def chunk_boundary_scenarios(cfg: ServingConfig) -> Iterator[Batch]:
 
 
 def sweep(cfg: ServingConfig) -> list[Batch]:
-    """The realistic sweep, then the chunk-boundary batches."""
-    return [*scenarios(cfg), *chunk_boundary_scenarios(cfg)]
+    """The realistic sweep, then the chunk-boundary batches: only batches
+    vLLM's scheduler could build for ``cfg`` (``ServingConfig.schedulable``);
+    a key only an impossible batch launches is no runtime key."""
+    batches = [*scenarios(cfg), *chunk_boundary_scenarios(cfg)]
+    return [b for b in batches if cfg.schedulable(b.requests)]
 
 
 def launched_keys(cfg: ServingConfig, batches: Iterable[Batch]) -> KeysByKernel:

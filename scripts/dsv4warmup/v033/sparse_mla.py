@@ -570,7 +570,8 @@ def capture_sizes(model: Model) -> list[int]:
 def sweep(model: Model, *, quick: bool = False) -> list[Batch]:
     """The realistic sweep, then the chunk-boundary batches; ``quick``: the
     chunk-boundary batches and one decode batch (the CPU tests' sweep). Only
-    batches vLLM's scheduler could build for the configuration (``_fits``):
+    batches vLLM's scheduler could build for the configuration
+    (``ServingConfig.schedulable``):
     1 … max_num_seqs requests, at most max_num_batched_tokens new tokens,
     every sequence within max_model_len."""
     from vllm.models.deepseek_v4.attention import DeepseekV4Attention
@@ -582,16 +583,7 @@ def sweep(model: Model, *, quick: bool = False) -> list[Batch]:
         batches = [decode, *boundary]
     else:
         batches = [*scenarios(cfg, capture_sizes(model)), *boundary]
-    return list(dict.fromkeys(b for b in batches if _fits(cfg, b)))
-
-
-def _fits(cfg: ServingConfig, batch: Batch) -> bool:
-    reqs = batch.requests
-    return (
-        0 < len(reqs) <= cfg.max_num_seqs
-        and sum(q for q, _ in reqs) <= cfg.max_num_batched_tokens
-        and all(0 < q <= s <= cfg.max_model_len for q, s in reqs)
-    )
+    return list(dict.fromkeys(b for b in batches if cfg.schedulable(b.requests)))
 
 
 # --- one step through a runner's metadata path ----------------------------------
