@@ -280,13 +280,23 @@ def results_base(markdown: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _heading_base(line: str, default: str | None) -> str | None:
+    """The release a ``##`` section measured on: one its heading names, else
+    the intro's."""
+    m = re.search(r"vLLM (\d+\.\d+\.\d+)", line)
+    return m.group(1) if m else default
+
+
 @dataclass
 class Measured:
     source: str
-    base: str | None
+    base: str | None  # the intro's release (sections may name their own)
     rows: list[str]  # table rows (with the header) naming the PR's topics / kernels
     sections: list[tuple[str, str]]  # (heading, text) whose heading names the PR
     outputs: list[str]  # rows / lines saying outputs are unchanged / match references
+    # the same rows / outputs measured on the PR's own base (a section naming it)
+    own_rows: list[str] = field(default_factory=list)
+    own_outputs: list[str] = field(default_factory=list)
 
 
 def measured(
@@ -325,15 +335,22 @@ def measured(
     table: list[str] = []  # header (+ separator) of the table being read
     picked: list[str] = []  # its rows that name us
 
+    own_rows: list[str] = []
+    own_outputs: list[str] = []
+    section_base = measured_on
+
     def close() -> None:
+        into = own_rows if section_base == base and section_base != measured_on else rows
         if picked:
-            rows.extend([*([""] if rows else []), *table, *picked])
+            into.extend([*([""] if into else []), *table, *picked])
         picked.clear()
 
     for line in [*text.splitlines(), ""]:
         if not line.startswith("|"):
             close()
             table = []
+            if re.match(r"^##\s", line):
+                section_base = _heading_base(line, measured_on)
             continue
         if not table or (len(table) == 1 and re.match(r"^\|[\s:|-]+\|$", line)):
             table.append(line)
@@ -347,21 +364,26 @@ def measured(
                 line,
                 re.I,
             ):
-                outputs.append(line)
+                own = section_base == base and section_base != measured_on
+                (own_outputs if own else outputs).append(line)
+    section_base = measured_on
     for line in text.splitlines():
+        if re.match(r"^##\s", line):
+            section_base = _heading_base(line, measured_on)
         if (
             not line.startswith("|")
             and re.search(r"outputs? (identical|unchanged)|identical outputs", line, re.I)
             and (any(w in line.lower() for w in words) or any(k in line for k in kernels))
         ):
-            outputs.append(line.strip())
-    if not (rows or sections):
+            own = section_base == base and section_base != measured_on
+            (own_outputs if own else outputs).append(line.strip())
+    if not (rows or sections or own_rows):
         return None
     try:
         source = str(results.relative_to(Path(__file__).resolve().parents[2]))
     except ValueError:
         source = results.name
-    return Measured(source, measured_on, rows, sections, outputs)
+    return Measured(source, measured_on, rows, sections, outputs, own_rows, own_outputs)
 
 
 def _demote(text: str, to: int) -> str:
@@ -509,9 +531,13 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
             "GPU figures: not yet measured (no section or row of the results names this PR)."
         )
     else:
+        if m.own_rows:
+            out += [f"{head} Measured on GPU on this base (`{m.source}`, vLLM {b.base})", ""]
+            out += [*m.own_rows, ""]
         where = f"`{m.source}`" + (f", measured on the vLLM {m.base} series" if m.base else "")
-        out += [f"{head} Measured on GPU ({where})", ""]
-        if m.base and m.base != b.base:
+        if m.rows or m.sections:
+            out += [f"{head} Measured on GPU ({where})", ""]
+        if m.base and m.base != b.base and (m.rows or m.sections):
             out += [
                 f"> These figures come from the v{m.base} series of these patches (same kernels), "
                 f"not from this v{b.base} branch: rerun them on this branch before opening.",
@@ -536,9 +562,11 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
             + ", ".join(f"`{k}`" for k in b.touches_outputs)
             + " (a kernel or its launch path).",
         ]
-        if m and m.outputs:
+        if m and (m.outputs or m.own_outputs):
             out += ["Measured evidence that outputs are unchanged on valid input:", ""]
-            out += [f"- {_row_text(line)}" for line in m.outputs]
+            out += [f"- (v{b.base}) {_row_text(line)}" for line in m.own_outputs]
+            other = f"(v{m.base} series) " if m.base and m.base != b.base else ""
+            out += [f"- {other}{_row_text(line)}" for line in m.outputs]
         else:
             out.append(
                 "**Not yet shown** that outputs are unchanged on valid input: measure it (and a "
@@ -612,14 +640,18 @@ def render(b: BodyInput, template: str, results: Path) -> str:
     heads = template_headings(template)
     if "Overview" in heads and "Validation" in heads:  # vLLM 0.27+
         claims = [f"- {s}" for s, _ in b.messages]
-        if m and m.rows:
+        if m and (m.rows or m.own_rows):
             claims.append(
                 "- Measured on GPU: see Validation (compiles after warmup, latency, memcheck)."
             )
         if b.touches_outputs:
             claims.append(
                 "- Outputs unchanged on valid input: "
-                + ("measured, see Validation." if m and m.outputs else "NOT yet shown.")
+                + (
+                    "measured, see Validation."
+                    if m and (m.outputs or m.own_outputs)
+                    else "NOT yet shown."
+                )
             )
         sections = {
             "Overview": "\n\n".join([f"{b.title}. Part of {ISSUE}.", ai_statement(b)]),

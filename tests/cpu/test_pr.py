@@ -782,6 +782,31 @@ def test_body_in_the_0_33_template() -> None:
     assert "Model evaluation" in s["## Details"]
 
 
+def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
+    """A section whose heading names the PR's release counts as measured on
+    this branch; the intro's release (the old series) stays flagged."""
+    results = tmp_path / "gpu-results.md"
+    results.write_text(
+        "# GPU results\n\nMeasured with a patched vLLM 0.26.0 tree.\n\n"
+        "## Old series\n\n| check | status |\n|---|---|\n"
+        "| c128a memcheck | old: 0 errors, outputs identical |\n\n"
+        "## vLLM 0.33.0 on the lab\n\n| run | result |\n|---|---|\n"
+        "| c128a memcheck on 0.33.0 | new: 0 errors, outputs match references |\n"
+    )
+    m = pr_body.measured(
+        results, "0.33.0", ["x"], ["0001"], "c128a", "", {"c128a"}
+    )
+    assert m is not None
+    assert any("new: 0 errors" in r for r in m.own_rows)
+    assert not any("new: 0 errors" in r for r in m.rows)
+    assert any("old: 0 errors" in r for r in m.rows)
+    assert any("new:" in r for r in m.own_outputs) and any("old:" in r for r in m.outputs)
+    old = pr_body.measured(
+        results, "0.26.0", ["x"], ["0001"], "c128a", "", {"c128a"}
+    )
+    assert old is not None and not old.own_rows  # 0.33.0 figures are not 0.26.0's
+
+
 def test_fill_template_without_the_sections() -> None:
     filled = pr_body.fill_template(
         "intro\n\n---\nfooter\n", {"Purpose": "P", "Test Plan": "T", "Test Result": "R"}
