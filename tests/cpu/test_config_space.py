@@ -62,8 +62,6 @@ BASES = [b for b in ("0.33.0", "0.26.0", "0.25.1") if _has_patched(b)]
 # Boundaries the property audit found that the patch series does not fix yet:
 # (base, predicate on the audited record, kernels, reason). A run whose only
 # misses match these is an xfail naming them; any other miss fails.
-MHC_PRE = {"mhc_pre_big_fuse_with_norm_tilelang", "mhc_pre_big_fuse_broadcast_with_norm_tilelang"}
-MHC_FUSED = {"mhc_fused_tilelang"}
 ALL = None  # every kernel
 KNOWN: tuple[tuple[str, Any, Any, str], ...] = (
     (
@@ -72,17 +70,6 @@ KNOWN: tuple[tuple[str, Any, Any, str], ...] = (
         ALL,
         "vLLM 0.33.0 turns its JIT warmup off under --enforce-eager "
         "(kernel_config.enable_jit_warmup=False): every key compiles on first use",
-    ),
-    (
-        "0.33.0",
-        lambda rec: (
-            rec["gpu"] == "b200"
-            and not rec["deep_gemm"]
-            and rec["config"]["max_num_batched_tokens"] < 8
-        ),
-        MHC_PRE | MHC_FUSED,
-        "mHC on B200 without DeepGEMM, budget < 8 tokens (max_model_len 3, k=4): one "
-        "mhc_pre_big_fuse_with_norm key (5 tokens: 2 requests of <= 3) is not warmed",
     ),
 )
 
