@@ -5,9 +5,7 @@
   attention layers, in the set-up steps the runner activates -- the sweep of
   ``dsv4warmup.v033.sparse_mla`` (real KV cache, metadata builders and
   ``forward_mqa`` on CUDA, FlashMLA stubbed) compiles neither kernel again;
-  a launch with a fresh key does compile (the counter works). vLLM's JIT
-  monitor is on in ``error`` mode after warmup, as ``--jit-monitor-mode
-  error`` sets it: silent over the sweep, raising on the fresh keys.
+  a launch with a fresh key does compile (the counter works).
 * The guarded C128A kernel and ``combine_topk_swa_indices`` on an unaligned
   chunk match torch references.
 """
@@ -87,10 +85,9 @@ def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
         torch.cuda.synchronize()
     assert warm[C128A] >= 1 and warm[COMBINE] >= 1, dict(warm)
 
-    # As the worker does after warmup, in the mode that fails on a compile.
-    from vllm.utils import jit_monitor
-
-    jit_monitor.activate(mode="error")
+    # No JIT monitor here: it cannot be scoped to these two kernels, and the
+    # sweep is the first launch of other metadata kernels (e.g.
+    # _token_request_mapping_kernel) that a server's dummy runs compile first.
     with count_compiles() as late:
         driver.run_batches(model, driver.sweep(model))
         torch.cuda.synchronize()
@@ -98,12 +95,10 @@ def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
     assert late[COMBINE] == 0, f"{late[COMBINE]} combine compiles after warmup"
 
     # Positive control: keys nothing warms (a block size of 1, an unaligned
-    # top-k row) compile, and the monitor fails each.
+    # top-k row) compile.
     with count_compiles() as fresh:
-        with pytest.raises(RuntimeError, match="during inference"):
-            _c128a(*_c128a_batch(block_size=1))
-        with pytest.raises(RuntimeError, match="during inference"):
-            _combine_unaligned_topk()
+        _c128a(*_c128a_batch(block_size=1))
+        _combine_unaligned_topk()
         torch.cuda.synchronize()
     assert fresh[C128A] == 1 and fresh[COMBINE] == 1, dict(fresh)
 
