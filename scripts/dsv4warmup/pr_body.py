@@ -57,16 +57,19 @@ KERNELS = (
 # identifiers its code defines and uses (never from prose) and its file paths.
 def topics_of(identifiers: set[str], files: list[str]) -> set[str]:
     names = {i.lower() for i in identifiers}
+    # 0.33.0 names kernels as classes: CombineTopkSwaIndicesKernel, MTPSharedHeadRMSNormKernel
+    flat = {n.replace("_", "") for n in names}
     paths = " ".join(files)
     out: set[str] = set()
     if any("c128a" in n for n in names):
         out.add("c128a")
-    if any("combine_topk_swa" in n for n in names) or any(
+    if any("combinetopkswa" in n for n in flat) or any(
         "c128a" in n and "warmup" in n for n in names
     ):
         out.add("sparse-mla")
     if (
-        any(w in n for n in names for w in ("eagle", "mtp_shared_head", "spec_decode"))
+        any(w in n for n in names for w in ("eagle", "mtp_shared_head", "spec_decode", "drafter"))
+        or any("mtpsharedhead" in n for n in flat)
         or "spec_decode" in paths
     ):
         out.add("spec-decode")

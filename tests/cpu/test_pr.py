@@ -782,6 +782,14 @@ def test_body_in_the_0_33_template() -> None:
     assert "Model evaluation" in s["## Details"]
 
 
+def test_topics_of_0_33_class_names() -> None:
+    """0.33.0's kernels are classes; a PR touching them still finds its figures."""
+    assert "sparse-mla" in pr_body.topics_of({"CombineTopkSwaIndicesKernel"}, [])
+    assert "spec-decode" in pr_body.topics_of({"MTPSharedHeadRMSNormKernel"}, [])
+    assert "spec-decode" in pr_body.topics_of({"_load_drafter_with_registry"}, [])
+    assert pr_body.topics_of({"load_model"}, ["vllm/v1/worker/gpu_model_runner.py"]) == set()
+
+
 def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     """A section whose heading names the PR's release counts as measured on
     this branch; the intro's release (the old series) stays flagged."""
