@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
 import pytest
+from compile_counters import tilelang_compiles
 from helpers import pytest_outcomes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
@@ -42,25 +41,6 @@ def _need_cuda() -> None:
     pytest.importorskip("tilelang")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-
-
-@contextmanager
-def count_compiles() -> Iterator[list[str]]:
-    """Every ``@tilelang.jit`` in-memory cache miss, by factory name:
-    ``JITImpl.__call__`` calls ``JITImpl.compile`` exactly then (a TileLang
-    compile, or a load from its disk cache). Independent of TileLang's log
-    settings (``TILELANG_PRINT_ON_COMPILATION``)."""
-    from tilelang.jit import JITImpl
-
-    misses: list[str] = []
-    real_compile = JITImpl.compile
-
-    def compile_and_count(self, *args, **kwargs):
-        misses.append(self.func.orig_func.__name__)
-        return real_compile(self, *args, **kwargs)
-
-    with mock.patch.object(JITImpl, "compile", compile_and_count):
-        yield misses
 
 
 def forget_compiled(factory_name: str) -> None:
@@ -111,7 +91,7 @@ def test_startup_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> 
         # of each multiple of 64, a random sample), not the warmup's.
         counts = cs.sample_token_counts(cfg.max_num_batched_tokens)
         counts = sorted(set(counts) | set(CAPTURE_SIZES))
-        with count_compiles() as misses, cs._model_stubs(), torch.inference_mode():
+        with tilelang_compiles() as misses, cs._model_stubs(), torch.inference_mode():
             for num_tokens in counts:
                 cs._forward_all(models, num_tokens, deep_gemm)
             torch.cuda.synchronize()
@@ -147,7 +127,7 @@ def test_sentinel_reports_a_real_tilelang_compile(monkeypatch: pytest.MonkeyPatc
     base = torch.randn(hc, device="cuda") * 0.1
     eps = 1e-6 * (1.0 + random.random())
     with (
-        count_compiles() as misses,
+        tilelang_compiles() as misses,
         pytest.raises(sentinel.JitAfterWarmupError, match="hc_head_fuse_tilelang"),
     ):
         mhc.hc_head_fused_kernel_tilelang(residual, fn, scale, base, eps, eps)

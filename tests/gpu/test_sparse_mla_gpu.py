@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 import torch
+from compile_counters import triton_compiles
 from dsv4warmup.callsites import sparse_mla as callsites
 from dsv4warmup.serving import FLASH, PRO
 
@@ -28,26 +27,6 @@ CONFIGS = {
     "flash-1m": FLASH.replace(max_model_len=1048576),
     "pro-64k": PRO,
 }
-
-
-@contextlib.contextmanager
-def count_compiles() -> Iterator[Counter[str]]:
-    """Triton compiles per kernel (``_do_compile`` runs once per in-memory
-    cache miss, whether or not the disk cache has the binary)."""
-    from triton.runtime.jit import JITFunction
-
-    counts: Counter[str] = Counter()
-    original = JITFunction._do_compile
-
-    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        counts[self.fn.__name__] += 1
-        return original(self, *args, **kwargs)
-
-    JITFunction._do_compile = counting  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        JITFunction._do_compile = original  # type: ignore[method-assign]
 
 
 def forget_compiled() -> None:
@@ -82,14 +61,14 @@ def test_sweep_after_warmup_compiles_nothing(name: str) -> None:
 
     cfg = CONFIGS[name]
     expected = callsites.warmup_keys(cfg)  # CPU binder, recorded only
-    with count_compiles() as warm:
+    with triton_compiles() as warm:
         deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
     assert warm[C128A] == len(expected[C128A]) > 0
     assert warm[COMBINE] == len(expected[COMBINE]) > 0
 
     runner = callsites.Runner(cfg, device="cuda")
     batches = callsites.sweep(cfg)
-    with callsites.no_attention_kernels("cuda"), count_compiles() as late:
+    with callsites.no_attention_kernels("cuda"), triton_compiles() as late:
         for batch in batches:
             runner.step(batch)
         torch.cuda.synchronize()
@@ -112,13 +91,13 @@ def test_every_runtime_key_once_after_warmup(name: str) -> None:
 
     cfg = CONFIGS[name]
     batches = callsites.key_witness_batches(cfg)  # recorded on the meta device
-    with count_compiles() as warm:
+    with triton_compiles() as warm:
         deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
     assert warm[C128A] > 0 and warm[COMBINE] > 0
 
     runner = callsites.Runner(cfg, device="cuda")
     baseline = torch.cuda.memory_allocated()
-    with callsites.no_attention_kernels("cuda"), count_compiles() as late:
+    with callsites.no_attention_kernels("cuda"), triton_compiles() as late:
         for i, batch in enumerate(batches):
             runner.step(batch)
             torch.cuda.synchronize()
@@ -153,7 +132,7 @@ def test_startup_path_runs_every_sparse_mla_warmup() -> None:
         scheduler_config=vllm_config.scheduler_config,
         vllm_config=vllm_config,
     )
-    with count_compiles() as compiled:
+    with triton_compiles() as compiled:
         sparse_mla_triton_warmup_if_needed(worker)  # type: ignore[arg-type]
         torch.cuda.synchronize()
     expected = callsites.warmup_keys(cfg)

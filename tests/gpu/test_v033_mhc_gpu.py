@@ -18,12 +18,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import pytest
+from compile_counters import tilelang_compiles
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
@@ -39,23 +37,6 @@ def _need_cuda() -> None:
 
 def _tree() -> Path:
     return Path(os.environ["DSV4_VLLM_TREE"])
-
-
-@contextmanager
-def count_compiles() -> Iterator[list[str]]:
-    """Every TileLang compile (``JITImpl.compile``: a call's cache miss and
-    ``compile_tilelang`` alike), by factory name."""
-    from tilelang.jit import JITImpl
-
-    compiled: list[str] = []
-    real_compile = JITImpl.compile
-
-    def compile_and_count(self, *args, **kwargs):
-        compiled.append(self.func.orig_func.__name__)
-        return real_compile(self, *args, **kwargs)
-
-    with mock.patch.object(JITImpl, "compile", compile_and_count):
-        yield compiled
 
 
 @pytest.mark.parametrize("deep_gemm", [True, False], ids=["deep-gemm", "tilelang-gemm"])
@@ -85,7 +66,7 @@ def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) ->
                 target.finalize_mhc_broadcast_weights()  # for the new weights
             models = mhc.Models(target, draft)
 
-            with count_compiles() as warmup_compiles:
+            with tilelang_compiles() as warmup_compiles:
                 registry.warmup()
             assert warmup_compiles, "the registry compiled nothing"
 
@@ -93,7 +74,7 @@ def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) ->
             from vllm.utils import jit_monitor
 
             jit_monitor.activate(mode="error")
-            with count_compiles() as compiled, mhc._model_stubs(call_time=True):
+            with tilelang_compiles() as compiled, mhc._model_stubs(call_time=True):
                 with torch.inference_mode():
                     for num_tokens in range(1, MAX_TOKENS + 1):
                         mhc.forward_all(models, num_tokens)

@@ -12,13 +12,11 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from compile_counters import triton_compiles
 from dsv4warmup.serving import FLASH, PRO
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
@@ -35,26 +33,6 @@ CONFIGS = {
         max_model_len=100000, num_speculative_tokens=2, max_num_batched_tokens=2048
     ),
 }
-
-
-@contextlib.contextmanager
-def count_compiles() -> Iterator[Counter[str]]:
-    """Triton compiles per kernel (``_do_compile`` runs once per in-memory
-    cache miss, whether or not the disk cache has the binary)."""
-    from triton.runtime.jit import JITFunction
-
-    counts: Counter[str] = Counter()
-    original = JITFunction._do_compile
-
-    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        counts[self.fn.__qualname__] += 1
-        return original(self, *args, **kwargs)
-
-    JITFunction._do_compile = counting  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        JITFunction._do_compile = original  # type: ignore[method-assign]
 
 
 def warm_up(vllm_config: Any, runner: str) -> None:
@@ -80,7 +58,7 @@ def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
     from dsv4warmup.v033 import sparse_mla as driver
 
     model = driver.build_model(CONFIGS[name], runner, device="cuda", kv_cache_bytes=32 << 30)
-    with count_compiles() as warm:
+    with triton_compiles() as warm:
         warm_up(model.vllm_config, runner)
         torch.cuda.synchronize()
     assert warm[C128A] >= 1 and warm[COMBINE] >= 1, dict(warm)
@@ -88,7 +66,7 @@ def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
     # No JIT monitor here: it cannot be scoped to these two kernels, and the
     # sweep is the first launch of other metadata kernels (e.g.
     # _token_request_mapping_kernel) that a server's dummy runs compile first.
-    with count_compiles() as late:
+    with triton_compiles() as late:
         driver.run_batches(model, driver.sweep(model))
         torch.cuda.synchronize()
     assert late[C128A] == 0, f"{late[C128A]} C128A compiles after warmup"
@@ -96,7 +74,7 @@ def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
 
     # Positive control: keys nothing warms (a block size of 1, an unaligned
     # top-k row) compile.
-    with count_compiles() as fresh:
+    with triton_compiles() as fresh:
         _c128a(*_c128a_batch(block_size=1))
         _combine_unaligned_topk()
         torch.cuda.synchronize()
