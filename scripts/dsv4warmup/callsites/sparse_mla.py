@@ -417,8 +417,10 @@ def scenarios(cfg: ServingConfig) -> Iterator[Batch]:
         yield Batch(decodes=((1, min(100, mml)), (threshold, min(200, mml)), (1, min(300, mml))))
 
     min_prefill = threshold + 1
-    lengths = _boundary_values(min_prefill, min(mnbt, mml), (16, 128))
-    prefixes = [0] + _boundary_values(1, mml - min_prefill, (16, 128, 512))
+    # Compressed lengths change at multiples of each layer's compress ratio.
+    ratios = tuple(r for r in attention_layer_ratios(cfg) if r > 1)
+    lengths = _boundary_values(min_prefill, min(mnbt, mml), (16, 128, *ratios))
+    prefixes = [0] + _boundary_values(1, mml - min_prefill, (16, 128, 512, *ratios))
     # Single prefills: whole prompts, and chunks after a cached prefix.
     for q in lengths:
         yield Batch(prefills=((q, q),))
@@ -426,12 +428,13 @@ def scenarios(cfg: ServingConfig) -> Iterator[Batch]:
         for q in (min_prefill, 17, 128, mnbt):
             if min_prefill <= q <= mnbt and prefix + q <= mml:
                 yield Batch(prefills=((q, prefix + q),))
-    # Several prefills; with decodes in front (0..5 of them).
-    for n in (2, 3, 4, 5, 6, 8, 9, 17, 33):
+    # One or several prefills (each within max_model_len); with decodes in
+    # front (0..5 of them).
+    for n in (1, 2, 3, 4, 5, 6, 8, 9, 17, 33):
         for num_decodes in (0, 1, 2, 3, 5):
             if n + num_decodes > seqs:
                 continue
-            q = max(min_prefill, min(300, (mnbt - num_decodes) // n))
+            q = max(min_prefill, min(300, (mnbt - num_decodes) // n, mml))
             if n * q + num_decodes > mnbt:
                 continue
             for prefix in (0, 1000, mml - q - 1):
