@@ -246,6 +246,12 @@ def _cli_serve_args(
     for name, tree in trees_by_name:
         print(format_table(f"{name} vLLM {base} ({tree}):", tables[name]))
         print()
+    if out["config"].get("enable_jit_warmup") is False:
+        print(
+            f"note: vLLM {base} turns its JIT warmup off for this configuration "
+            "(kernel_config.enable_jit_warmup=False, e.g. under --enforce-eager): every key "
+            "compiles on first use, patched or not\n"
+        )
     if json_out is not None:
         doc = {"config": out["config"], **{k: [r.as_dict() for r in v] for k, v in tables.items()}}
         json_out.write_text(json.dumps(doc, indent=1) + "\n")

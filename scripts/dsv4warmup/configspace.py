@@ -402,6 +402,8 @@ def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
         "tensor_parallel_size": vc.parallel_config.tensor_parallel_size,
         "decode_context_parallel_size": vc.parallel_config.decode_context_parallel_size,
         "enforce_eager": vc.model_config.enforce_eager,
+        # vLLM turns its JIT warmup off under --enforce-eager (VllmConfig.__post_init__)
+        "enable_jit_warmup": bool(vc.kernel_config.enable_jit_warmup),
         "cudagraph_mode": str(cc.cudagraph_mode),
         "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes or []),
         "use_v2_model_runner": bool(getattr(vc, "use_v2_model_runner", True)),

@@ -66,7 +66,7 @@ ALL = None  # every kernel
 KNOWN: tuple[tuple[str, Any, Any, str], ...] = (
     (
         "0.33.0",
-        lambda rec: rec["config"].get("enforce_eager"),
+        lambda rec: rec["config"].get("enable_jit_warmup") is False,
         ALL,
         "vLLM 0.33.0 turns its JIT warmup off under --enforce-eager "
         "(kernel_config.enable_jit_warmup=False): every key compiles on first use",
