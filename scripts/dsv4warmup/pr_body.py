@@ -363,7 +363,8 @@ def measured(
         if names_us(first) or any(k in line for k in kernels):
             picked.append(line)
             if re.search(
-                r"identical|unchanged|= ?reference|= torch|match|exactly the [^|]*pristine",
+                r"identical|unchanged|= ?reference|= torch|equal the (torch )?reference|match"
+                r"|exactly the [^|]*pristine",
                 line,
                 re.I,
             ):
@@ -648,14 +649,16 @@ def render(b: BodyInput, template: str, results: Path) -> str:
                 "- Measured on GPU: see Validation (compiles after warmup, latency, memcheck)."
             )
         if b.touches_outputs:
-            claims.append(
-                "- Outputs unchanged on valid input: "
-                + (
-                    "measured, see Validation."
-                    if m and (m.outputs or m.own_outputs)
-                    else "NOT yet shown."
+            if m and m.own_outputs:
+                outputs = "measured on this base, see Validation."
+            elif m and m.outputs:
+                outputs = (
+                    f"measured on the v{m.base} series (same kernels), not yet on this "
+                    "branch: see Validation."
                 )
-            )
+            else:
+                outputs = "NOT yet shown."
+            claims.append("- Outputs unchanged on valid input: " + outputs)
         sections = {
             "Overview": "\n\n".join([f"{b.title}. Part of {ISSUE}.", ai_statement(b)]),
             "Claims": "\n".join(claims),
