@@ -170,9 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = make_arg_parser().parse_args(argv)
     prewarm._logs_to_stderr()  # stdout carries the rows
-    cfg = prewarm.config_from_args(args).replace(
-        num_sms=args.num_sms, use_deep_gemm=args.deep_gemm
-    )
+    cfg = prewarm.config_from_args(args).replace(num_sms=args.num_sms, use_deep_gemm=args.deep_gemm)
     rows = audit_rows(cfg)
     if args.json:
         print(json.dumps([row.as_dict() for row in rows], indent=1))

@@ -53,9 +53,7 @@ def _adapters_reaching_their_work() -> set[str]:
             "spec_decode_triton_warmup_params",
             recorder("spec_decode"),
         ),
-        mock.patch.object(
-            deepseek_v4_mhc_warmup, "_deepseek_v4_mhc_warmup_cuda", recorder("mhc")
-        ),
+        mock.patch.object(deepseek_v4_mhc_warmup, "_deepseek_v4_mhc_warmup_cuda", recorder("mhc")),
         mock.patch.object(deepseek_v4_mhc_warmup.current_platform, "is_cuda", lambda: True),
     ):
         sparse_mla_triton_warmup.deepseek_v4_sparse_mla_key_warmup(SimpleNamespace())

@@ -802,18 +802,14 @@ def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
         "| c128a memcheck on 0.33.0 | new: 0 errors, outputs match references |\n"
         "| c128a sweep on 0.33.0 | new sweep: outputs equal the torch references |\n"
     )
-    m = pr_body.measured(
-        results, "0.33.0", ["x"], ["0001"], "c128a", "", {"c128a"}
-    )
+    m = pr_body.measured(results, "0.33.0", ["x"], ["0001"], "c128a", "", {"c128a"})
     assert m is not None
     assert any("new: 0 errors" in r for r in m.own_rows)
     assert not any("new: 0 errors" in r for r in m.rows)
     assert any("old: 0 errors" in r for r in m.rows)
     assert any("new:" in r for r in m.own_outputs) and any("old:" in r for r in m.outputs)
     assert any("new sweep:" in r for r in m.own_outputs)
-    old = pr_body.measured(
-        results, "0.26.0", ["x"], ["0001"], "c128a", "", {"c128a"}
-    )
+    old = pr_body.measured(results, "0.26.0", ["x"], ["0001"], "c128a", "", {"c128a"})
     assert old is not None and not old.own_rows  # 0.33.0 figures are not 0.26.0's
 
 

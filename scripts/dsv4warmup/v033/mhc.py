@@ -194,9 +194,7 @@ def kernels_module() -> types.ModuleType:
     from vllm.platforms import current_platform
 
     if not current_platform.is_cuda():
-        raise RuntimeError(
-            "needs a CUDA platform: a GPU, or dsv4warmup.v033.platform.install()"
-        )
+        raise RuntimeError("needs a CUDA platform: a GPU, or dsv4warmup.v033.platform.install()")
     with contextlib.ExitStack() as stack:
         if not real_tilelang_available():
             _install_stand_in()

@@ -61,9 +61,7 @@ def _run(tree: Path, triton_path: list[Path], group: str) -> dict[str, Any]:
 
     env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
     env.setdefault("VLLM_CACHE_ROOT", str(tree.parent / f"{tree.name}.vllm-cache"))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [*map(str, triton_path), str(tree), str(REPO / "scripts")]
-    )
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, triton_path), str(tree), str(REPO / "scripts")])
     res = subprocess.run(
         [sys.executable, "-m", "dsv4warmup.v033.triton_key_diff", "--dump", group],
         capture_output=True,
