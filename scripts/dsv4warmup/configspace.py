@@ -267,16 +267,31 @@ def _guess_flag(message: str) -> ConfigError:
 _UNSET = object()
 
 
-def _explicit(parser: Any, ns: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """The arguments ``argv`` sets, with their values in ``ns`` (its parse),
-    a flag given with its default value included: ``--tensor-parallel-size 1``
-    is the user's TP 1, not "keep the report's deployment"."""
+def _given_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """The flags ``argv`` sets, parsed by the tree's ``vllm serve`` parser (a
+    flag given at its default value included: ``--tensor-parallel-size 1`` is
+    the user's TP 1, not "keep the report's deployment"); the positional model
+    tag as ``model``; model paths checked.
+
+    Raises :class:`ConfigError` where the parser or a model path refuses.
+    """
+    try:
+        ns = _parser().parse_args(list(argv))
+    except _ParserError as e:
+        raise _parse_error(str(e)) from None
     marker = _parser()
     marker.set_defaults(
         **{a.dest: _UNSET for a in marker._actions if a.dest not in ("help", argparse.SUPPRESS)}
     )
     seen = marker.parse_args(list(argv))
-    return {k: v for k, v in vars(ns).items() if getattr(seen, k, _UNSET) is not _UNSET}
+    given = {k: v for k, v in vars(ns).items() if getattr(seen, k, _UNSET) is not _UNSET}
+    given.pop("model_tag", None)
+    if getattr(ns, "model_tag", None):
+        given["model"] = ns.model_tag
+    for name in ("model", "hf_config_path"):
+        if given.get(name):
+            _check_model_path(_flag(name), given[name])
+    return given
 
 
 def resolve(point: Point) -> Resolved:
@@ -290,18 +305,7 @@ def resolve(point: Point) -> Resolved:
     os.environ["VLLM_USE_DEEP_GEMM"] = "1" if point.deep_gemm else "0"
     gpu = platform.GPUS[point.gpu]
     platform.install(gpu)
-    parser = _parser()
-    try:
-        ns = parser.parse_args(list(point.argv))
-    except _ParserError as e:
-        raise _parse_error(str(e)) from None
-    given = _explicit(parser, ns, point.argv)
-    given.pop("model_tag", None)
-    if getattr(ns, "model_tag", None):
-        given["model"] = ns.model_tag
-    for name in ("model", "hf_config_path"):
-        if given.get(name):
-            _check_model_path(_flag(name), given[name])
+    given = _given_flags(point.argv)
     base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu], deep_gemm=point.deep_gemm)
     from vllm.engine.arg_utils import EngineArgs
 
@@ -430,17 +434,7 @@ def resolve_legacy(point: Point) -> Resolved:
     from dsv4warmup.v033 import platform
 
     platform.install(platform.GPUS[point.gpu])  # the parser's device default
-    parser = _parser()
-    try:
-        ns = parser.parse_args(list(point.argv))
-    except _ParserError as e:
-        raise _parse_error(str(e)) from None
-    given = _explicit(parser, ns, point.argv)
-    if getattr(ns, "model_tag", None):
-        given["model"] = ns.model_tag
-    for name in ("model", "hf_config_path"):
-        if given.get(name):
-            _check_model_path(_flag(name), given[name])
+    given = _given_flags(point.argv)
     base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu], deep_gemm=point.deep_gemm)
     changes: dict[str, Any] = {
         k: given[k]
@@ -738,12 +732,7 @@ def engine_pin(res: Resolved) -> None:
 
 
 def _extra_kwargs(res: Resolved) -> dict[str, Any]:
-    parser = _parser()
-    argv = list(res.config["serve_args"])
-    ns = parser.parse_args(argv)
-    given = _explicit(parser, ns, argv)
-    if getattr(ns, "model_tag", None):
-        given["model"] = ns.model_tag
+    given = _given_flags(res.config["serve_args"])
     from vllm.engine.arg_utils import EngineArgs
 
     keep = set(EngineArgs.__dataclass_fields__) - {

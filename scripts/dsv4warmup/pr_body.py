@@ -342,8 +342,11 @@ def measured(
     own_outputs: list[str] = []
     section_base = measured_on
 
+    def own() -> bool:  # the current section measured the PR's own base
+        return section_base == base and section_base != measured_on
+
     def close() -> None:
-        into = own_rows if section_base == base and section_base != measured_on else rows
+        into = own_rows if own() else rows
         if picked:
             into.extend([*([""] if into else []), *table, *picked])
         picked.clear()
@@ -368,8 +371,7 @@ def measured(
                 line,
                 re.I,
             ):
-                own = section_base == base and section_base != measured_on
-                (own_outputs if own else outputs).append(line)
+                (own_outputs if own() else outputs).append(line)
     section_base = measured_on
     for line in text.splitlines():
         if re.match(r"^##\s", line):
@@ -379,8 +381,7 @@ def measured(
             and re.search(r"outputs? (identical|unchanged)|identical outputs", line, re.I)
             and (any(w in line.lower() for w in words) or any(k in line for k in kernels))
         ):
-            own = section_base == base and section_base != measured_on
-            (own_outputs if own else outputs).append(line.strip())
+            (own_outputs if own() else outputs).append(line.strip())
     if not (rows or sections or own_rows):
         return None
     try:

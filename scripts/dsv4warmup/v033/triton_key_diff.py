@@ -9,15 +9,13 @@ and whether they agree, so a GPU result on 3.6.0 can be read against the
     python -m dsv4warmup.v033.triton_key_diff [--tree DIR] [--json FILE]
 
 Each release runs in its own interpreter (``trees.json_from_tree`` with the
-release's folder first on ``PYTHONPATH``), for the report's deployment.
+release's folder as its toolchain), for the report's deployment.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,27 +54,10 @@ def dump(group: str) -> dict[str, Any]:
     return out
 
 
-def _run(tree: Path, triton_path: list[Path], group: str) -> dict[str, Any]:
-    from dsv4warmup.paths import REPO
-
-    env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
-    env.setdefault("VLLM_CACHE_ROOT", str(tree.parent / f"{tree.name}.vllm-cache"))
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, triton_path), str(tree), str(REPO / "scripts")])
-    res = subprocess.run(
-        [sys.executable, "-m", "dsv4warmup.v033.triton_key_diff", "--dump", group],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if res.returncode != 0:
-        raise RuntimeError(f"{group} failed:\n{res.stderr[-3000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def compare(tree: Path) -> list[dict[str, Any]]:
     """One row per (runner, kernel): key counts under both releases and
     whether the sets are equal."""
-    from dsv4warmup import toolchains
+    from dsv4warmup import toolchains, trees
 
     releases = {
         toolchains.VENV_TRITON: [],
@@ -86,7 +67,9 @@ def compare(tree: Path) -> list[dict[str, Any]]:
     for version, path in releases.items():
         merged: dict[str, Any] = {}
         for group in TRITON_GROUPS:
-            got = _run(tree, path, group)
+            got = trees.json_from_tree(
+                tree, "-m", "dsv4warmup.v033.triton_key_diff", "--dump", group, toolchain=path
+            )
             assert got["triton"] == version, (got["triton"], version)
             merged.update(got["keys"])
         by_release[version] = merged
