@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "config.json unreadable": ["warmup-kernels", str(dirs["folder"]), "--dry-run"],
     }
     other = {
+        # TP 4 pre-warmed on a host with one GPU (an image build); before the
+        # Llama case, whose kernels the process's registry state would keep.
+        "one GPU": {
+            "serving": {},
+            "argv": ["--dry-run", "--json"],
+            "env": {"DSV4_CPU_HOSTED_GPU_COUNT": "1"},
+        },
         "llama": ["warmup-kernels", str(dirs["llama"]), "--dry-run", "--json"],
         "disabled": {
             "serving": {},
@@ -211,3 +219,20 @@ def test_disabled_jit_warmup_does_nothing_and_says_so(runs: dict[str, Any]) -> N
     summary = _summary(runs["case answers"]["disabled"])
     assert summary["enable_jit_warmup"] is False
     assert summary["kernels"] == [] and summary["compiled"] == {}
+
+
+def test_one_gpu_host_prewarms_a_tp4_deployment(runs: dict[str, Any]) -> None:
+    """An image build host with one GPU warms what the TP 4 node would: vLLM's
+    "world size > GPUs" check is for starting workers, which this does not."""
+    one_gpu = _summary(runs["case answers"]["one GPU"])
+    eight_gpus = _summary(runs["cli v2"][0])
+    assert one_gpu["deployment"]["tensor_parallel_size"] == 4
+
+    def keys(summary: dict[str, Any]) -> dict[str, list[str]]:
+        # CuTeDSL keys hold the CPU stand-in's mocked cutlass dtypes (their ids vary).
+        return {
+            k["name"]: sorted(re.sub(r" id='\d+'", "", key) for key in k["keys"])
+            for k in summary["kernels"]
+        }
+
+    assert keys(one_gpu) == keys(eight_gpus)

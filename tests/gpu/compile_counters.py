@@ -45,3 +45,53 @@ def tilelang_compiles() -> Iterator[list[str]]:
 
     with mock.patch.object(JITImpl, "compile", compile_and_count):
         yield compiled
+
+
+@contextlib.contextmanager
+def builds() -> Iterator[Counter[tuple[str, str, bool]]]:
+    """Binaries built vs. read from the disk cache: ``(backend, kernel,
+    from_disk)`` counts. Triton reports every ``compile()`` to
+    ``knobs.compilation.listener`` with ``cache_hit``; TileLang's
+    ``JITKernel`` is made with ``from_database=True`` when it is a disk load."""
+    import inspect
+
+    from tilelang.jit.kernel import JITKernel
+    from triton import knobs
+
+    counts: Counter[tuple[str, str, bool]] = Counter()
+    previous = knobs.compilation.listener
+
+    def listener(*, src, cache_hit, **kwargs):  # type: ignore[no-untyped-def]
+        fn = getattr(src, "fn", None)
+        name = getattr(getattr(fn, "fn", None), "__qualname__", getattr(src, "name", "?"))
+        counts[("triton", name, bool(cache_hit))] += 1
+        if previous is not None:
+            previous(src=src, cache_hit=cache_hit, **kwargs)
+
+    original_init = JITKernel.__init__
+    signature = inspect.signature(original_init)
+
+    def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        from_disk = signature.bind(self, *args, **kwargs).arguments.get("from_database", False)
+        original_init(self, *args, **kwargs)
+        func = getattr(self, "prim_func", None)
+        name = (
+            str(getattr(func, "attrs", {}).get("global_symbol", "tilelang")) if func else "tilelang"
+        )
+        counts[("tilelang", name, bool(from_disk))] += 1
+
+    knobs.compilation.listener = listener
+    try:
+        with mock.patch.object(JITKernel, "__init__", init):
+            yield counts
+    finally:
+        knobs.compilation.listener = previous
+
+
+def built(counts: Counter[tuple[str, str, bool]]) -> dict[str, int]:
+    """The kernels :func:`builds` saw compiled (not read from disk)."""
+    out: dict[str, int] = {}
+    for (backend, name, from_disk), n in counts.items():
+        if not from_disk:
+            out[f"{backend}:{name}"] = out.get(f"{backend}:{name}", 0) + n
+    return out

@@ -46,26 +46,12 @@ def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) ->
     from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
     from dsv4warmup.serving import FLASH
     from dsv4warmup.v033 import engine, mhc
-    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
 
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sm_count)
     with mhc.deep_gemm_env(deep_gemm):
         vllm_config = engine.vllm_config(cfg, "machine")
-        registry = JitWarmupRegistry(vllm_config)
-        with mhc._construction(vllm_config, prenorm_gemm=torch_tf32_hc_prenorm_gemm, real_gpu=True):
-            with mhc._model_stubs(call_time=False):
-                with registry.activate():
-                    target = mhc._build_target(vllm_config, "cuda", mhc.RUNTIME_TARGET_LAYERS)
-                draft = mhc._build_draft(vllm_config, "cuda")
-            with torch.no_grad():
-                for model in (target, draft):
-                    for param in model.parameters():
-                        param.normal_(0.0, 0.01)
-            with mhc._model_stubs(call_time=False):  # its pipeline-parallel rank
-                target.finalize_mhc_broadcast_weights()  # for the new weights
-            models = mhc.Models(target, draft)
-
+        with mhc.on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (models, registry):
             with tilelang_compiles() as warmup_compiles:
                 registry.warmup()
             assert warmup_compiles, "the registry compiled nothing"

@@ -23,7 +23,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
 C128A = "BuildC128ATopkMetadataKernel.kernel"
 COMBINE = "CombineTopkSwaIndicesKernel.kernel"
-OWNERS = ("BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel")
 CONFIGS = {
     "flash-64k-k1": FLASH,
     "flash-4k-k3": FLASH.replace(
@@ -35,23 +34,6 @@ CONFIGS = {
 }
 
 
-def warm_up(vllm_config: Any, runner: str) -> None:
-    """The registry warmup the runner's start-up does, for these kernels:
-    their registrations from the steps the runner activates."""
-    from dsv4warmup.v033 import lifecycle
-    from dsv4warmup.v033 import sparse_mla as driver
-    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
-
-    active = lifecycle.active_steps(runner)
-    with lifecycle.registrations() as recorded:
-        driver.register(vllm_config, runner)
-    registry = JitWarmupRegistry(vllm_config)
-    for r in recorded:
-        if r.step in active and type(r.kernel).__name__ in OWNERS:
-            registry._add(r.kernel, r.args, r.kwargs)
-    registry.warmup()
-
-
 @pytest.mark.parametrize("runner", ["v2", "v1"])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
@@ -59,7 +41,7 @@ def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
 
     model = driver.build_model(CONFIGS[name], runner, device="cuda", kv_cache_bytes=32 << 30)
     with triton_compiles() as warm:
-        warm_up(model.vllm_config, runner)
+        driver.warm_registry(model.vllm_config, runner).warmup()
         torch.cuda.synchronize()
     assert warm[C128A] >= 1 and warm[COMBINE] >= 1, dict(warm)
 

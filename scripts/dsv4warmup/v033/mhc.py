@@ -430,6 +430,31 @@ def build_models(vllm_config: Any, *, device: str = "meta") -> Models:
         )
 
 
+@contextlib.contextmanager
+def on_cuda(vllm_config: Any, prenorm_gemm: Any = None) -> Iterator[tuple[Models, Any]]:
+    """The models on CUDA with random weights and a real ``JitWarmupRegistry``
+    of what they register, as the runners do it: the target built inside the
+    active registry (``load_model``), the MTP draft outside it (the drafter's
+    ``load_model``). Run ``forward_all`` inside ``_model_stubs(call_time=True)``
+    while this is active. ``prenorm_gemm`` stands in for DeepGEMM's GEMM."""
+    import torch
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    registry = JitWarmupRegistry(vllm_config)
+    with _construction(vllm_config, prenorm_gemm=prenorm_gemm, real_gpu=True):
+        with _model_stubs(call_time=False):
+            with registry.activate():
+                target = _build_target(vllm_config, "cuda", RUNTIME_TARGET_LAYERS)
+            draft = _build_draft(vllm_config, "cuda")
+        with torch.no_grad():
+            for model in (target, draft):
+                for param in model.parameters() if model is not None else ():
+                    param.normal_(0.0, 0.01)
+        with _model_stubs(call_time=False):  # its pipeline-parallel rank
+            target.finalize_mhc_broadcast_weights()  # for the new weights
+        yield Models(target, draft), registry
+
+
 def register(vllm_config: Any, runner: str) -> None:
     """Build the real target and MTP draft, each in the set-up step where
     ``runner`` builds it, so their mHC ``register_warmup`` calls are recorded."""

@@ -99,7 +99,8 @@ def install(gpu: Gpu = H200) -> Any:
 
         @classmethod
         def device_count(cls) -> int:
-            return 8
+            # An 8-GPU node unless told otherwise (a one-GPU image build host).
+            return int(os.environ.get("DSV4_CPU_HOSTED_GPU_COUNT", "8"))
 
     _installed = gpu
     if not isinstance(platforms._current_platform, CpuHostedCudaPlatform):

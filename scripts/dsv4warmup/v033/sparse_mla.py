@@ -1022,3 +1022,22 @@ if __name__ == "__main__":
         # invalidating each other's (each miss re-imports vLLM in a subprocess).
         os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tree, ".vllm-cache"))
     main()
+
+
+def warm_registry(vllm_config: Any, runner: str) -> Any:
+    """A real ``JitWarmupRegistry`` holding what ``runner``'s start-up
+    registers of these two kernels (:func:`register` in the lifecycle's steps,
+    the runner's active steps only); call its ``warmup()``."""
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    from . import lifecycle
+
+    owners = ("BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel")
+    active = lifecycle.active_steps(runner)
+    with lifecycle.registrations() as recorded:
+        register(vllm_config, runner)
+    registry = JitWarmupRegistry(vllm_config)
+    for r in recorded:
+        if r.step in active and type(r.kernel).__name__ in owners:
+            registry._add(r.kernel, r.args, r.kwargs)
+    return registry

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.cli import warmup_kernels
 from vllm.entrypoints.cli.serve import ServeSubcommand
 from vllm.platforms import current_platform
@@ -86,3 +87,18 @@ def test_no_gpu_platform_exits_2(
     assert _run([str(tmp_path), "--dry-run"]) == 2
     (line,) = _error_lines(capsys.readouterr().err)
     assert "no GPU platform" in line
+
+
+@pytest.mark.parametrize("backend", [None, "ray"])
+def test_fewer_gpus_than_world_size(
+    monkeypatch: pytest.MonkeyPatch, backend: str | None
+) -> None:
+    # An image build host with one GPU pre-warms a TP=4 deployment.
+    monkeypatch.setattr(current_platform, "device_count", lambda: 1)
+    engine_args = AsyncEngineArgs(
+        tensor_parallel_size=4, distributed_executor_backend=backend
+    )
+
+    warmup_kernels._allow_fewer_gpus_than_world_size(engine_args)
+
+    assert engine_args.distributed_executor_backend == (backend or "mp")

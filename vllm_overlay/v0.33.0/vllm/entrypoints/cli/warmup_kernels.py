@@ -30,6 +30,7 @@ from vllm.logger import init_logger
 
 if typing.TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 else:
     FlexibleArgumentParser = argparse.ArgumentParser
@@ -86,11 +87,38 @@ def _engine_config(args: argparse.Namespace) -> "VllmConfig":
     try:
         engine_args = AsyncEngineArgs.from_cli_args(args)
         propagate_flash_late_interaction(args, engine_args)
+        _allow_fewer_gpus_than_world_size(engine_args)
         return engine_args.create_engine_config(
             usage_context=UsageContext.OPENAI_API_SERVER
         )
     except _CONFIG_ERRORS as e:
         raise _invalid(e, "engine configuration") from e
+
+
+def _allow_fewer_gpus_than_world_size(engine_args: "AsyncEngineArgs") -> None:
+    """Let a host with fewer GPUs than the deployment pre-warm it.
+
+    The command compiles in one process on one GPU whatever the world size,
+    so an image build host with one GPU can warm a TP=4 deployment. vLLM
+    refuses a world size larger than the node's GPU count only when it picks
+    the executor itself; no executor is started here, so name the one it
+    picks on a single CUDA node.
+    """
+    from vllm.platforms import current_platform
+
+    world_size = (
+        engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size
+    )
+    if (
+        engine_args.distributed_executor_backend is None
+        and current_platform.device_count() < world_size
+    ):
+        logger.info(
+            "Pre-warming a world size of %d on a host with %d GPU(s).",
+            world_size,
+            current_platform.device_count(),
+        )
+        engine_args.distributed_executor_backend = "mp"
 
 
 def _describe_deployment(vllm_config: "VllmConfig") -> dict[str, Any]:
