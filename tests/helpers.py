@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -67,3 +68,38 @@ def pytest_outcomes(junit_xml: Path) -> dict[str, str]:
     from dsv4warmup.junit import outcomes
 
     return outcomes(junit_xml)
+
+
+def v033_tree_pytest(
+    source_tree: Path, *test_files: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A 0.33.0 tree's own tests on CPU against ``source_tree``'s sources, the
+    platform answering as a CUDA GPU (``dsv4warmup.v033.mhc_pytest_plugin``)."""
+    from dsv4warmup import toolchains
+    from dsv4warmup.paths import REPO
+
+    extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
+    full_env = dict(
+        os.environ,
+        **(env or {}),
+        PYTHONPATH=os.pathsep.join([*extra, str(source_tree.resolve()), str(REPO / "scripts")]),
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rf",
+            "--noconftest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "dsv4warmup.v033.mhc_pytest_plugin",
+            *(str(f.resolve()) for f in test_files),
+        ],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=test_files[0].resolve().parent,
+    )

@@ -18,16 +18,15 @@ import ast
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dsv4warmup import toolchains, trees
-from dsv4warmup.paths import PATCHES, REPO
+from dsv4warmup import trees
+from dsv4warmup.paths import PATCHES
 from dsv4warmup.serving import FLASH, PRO, ServingConfig
+from helpers import v033_tree_pytest
 
 RUNNERS = ("v2", "v1")
 WITH_NORM = "mhc_pre_big_fuse_with_norm_tilelang"
@@ -157,32 +156,6 @@ def test_patches_do_not_change_what_is_launched(reports: dict[str, Any], case: s
             assert set(patched[runner][kernel]["runtime"]) == set(row["runtime"]), kernel
 
 
-def _tree_pytest(source_tree: Path, test_file: Path) -> subprocess.CompletedProcess[str]:
-    extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([*extra, str(source_tree), str(REPO / "scripts")]),
-    )
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "--noconftest",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "dsv4warmup.v033.mhc_pytest_plugin",
-            str(test_file),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=test_file.parent,
-    )
-
-
 def test_tree_mhc_warmup_tests_pass_patched_and_fail_pristine() -> None:
     """The patched tree's tests/kernels/mhc/test_mhc_jit_warmup.py (dispatch,
     warmup inputs, and the new every-token-count key test) passes on CPU
@@ -191,9 +164,9 @@ def test_tree_mhc_warmup_tests_pass_patched_and_fail_pristine() -> None:
     if tree is None:
         pytest.skip("no patched 0.33.0 tree (patches/v0.33.0 not generated yet)")
     test_file = tree / "tests" / "kernels" / "mhc" / "test_mhc_jit_warmup.py"
-    ok = _tree_pytest(tree, test_file)
+    ok = v033_tree_pytest(tree, test_file)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
-    bad = _tree_pytest(trees.pristine_tree("0.33.0"), test_file)
+    bad = v033_tree_pytest(trees.pristine_tree("0.33.0"), test_file)
     assert bad.returncode == 1, bad.stdout[-3000:]
     failed = {line.split("[")[0] for line in bad.stdout.splitlines() if line.startswith("FAILED")}
     assert failed == {

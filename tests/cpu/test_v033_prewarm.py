@@ -30,6 +30,7 @@ import pytest
 from dsv4warmup import trees
 from dsv4warmup.paths import PATCHES, REPO
 from dsv4warmup.v033.audit import GROUPS
+from helpers import v033_tree_pytest
 
 SCRIPTS = REPO / "scripts"
 MODULE = "dsv4warmup.v033.prewarm"
@@ -236,3 +237,18 @@ def test_one_gpu_host_prewarms_a_tp4_deployment(runs: dict[str, Any]) -> None:
         }
 
     assert keys(one_gpu) == keys(eight_gpus)
+
+
+def test_tree_tests_of_the_command_pass_on_a_one_gpu_host() -> None:
+    """The tree's own tests of ``vllm warmup-kernels``, the offline warmup and
+    the registry pass with the platform answering as a one-GPU host (an
+    image build machine, the GPU lab): nothing there may need TP x PP GPUs."""
+    tree = _tree()
+    files = [
+        tree / "tests/entrypoints/unit_tests/test_warmup_kernels_cli.py",
+        tree / "tests/model_executor/test_offline_warmup.py",
+        tree / "tests/model_executor/test_jit_warmup.py",
+    ]
+    res = v033_tree_pytest(tree, *files, env={"DSV4_CPU_HOSTED_GPU_COUNT": "1"})
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]

@@ -2,10 +2,11 @@
 
 The lab machine lacks packages a production install has: CuTeDSL
 (``nvidia-cutlass-dsl``), which DeepSeek V4's layers import at construction,
-and DeepGEMM, without which its sparse indexer refuses to build. When they are
+FlashInfer, which V1's sampler asks whether it can sample, and DeepGEMM, without which its sparse indexer refuses to build. When they are
 missing, the runner stands in for them as the GPU tests' drivers do
-(:mod:`dsv4warmup.v033.meta_models` modules whose attributes are mocks, the
-indexer's DeepGEMM check answered yes; mHC still sees no DeepGEMM) and skips the
+(:mod:`dsv4warmup.v033.meta_models` modules whose attributes are mocks, stubs
+for compiled ops its ``vllm._C`` lacks, the indexer's DeepGEMM check answered
+yes; mHC still sees no DeepGEMM) and skips the
 CuTeDSL kernels' compiles (none is this series'), naming them on stderr
 (``lab: skipped``). On a full install it runs the command unchanged.
 """
@@ -24,16 +25,29 @@ TIMEOUT_S = 3600  # cold TileLang compiles of the mHC kernels take minutes
 
 # Runs the subcommand the way `vllm` does, without importing the API server.
 RUNNER = """
+import importlib.util
 import sys
 from unittest import mock
 
 sys.path.insert(0, SCRIPTS)
 from dsv4warmup.v033 import meta_models
 
-missing = tuple(m for m in meta_models._missing_gpu_only_modules() if m != "deep_gemm")
+def _missing(name):
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+# DeepGEMM and TileLang stay as installed: they decide the mHC keys.
+roots = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
+missing = tuple(m for m in roots if _missing(m))
 if missing:
     sys.meta_path.insert(0, meta_models._MockModuleFinder(missing))
     print(f"lab: stand-ins for {missing}", file=sys.stderr)
+# Compiled ops the lab's vllm._C lacks: stubs that raise if called (nothing
+# calls them while the model is only built); a real build keeps its own.
+meta_models._stub_compiled_ops().__enter__()
 try:
     import deep_gemm  # noqa: F401
 except ImportError:

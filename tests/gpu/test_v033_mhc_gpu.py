@@ -78,7 +78,9 @@ def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) ->
                 with pytest.raises(RuntimeError, match="during inference"):
                     mhc_post_tilelang(x, residual, post, comb)
                 torch.cuda.synchronize()
-            assert compiled == [], "the monitor raises before TileLang compiles"
+            # The counter saw the fresh key's compile begin (the monitor
+            # raises inside TileLang's compile, after the counter).
+            assert compiled == ["mhc_post_tilelang"], compiled
 
 
 def test_vllm_mhc_tests_pass() -> None:

@@ -17,7 +17,11 @@ from vllm.model_executor.warmup import offline_warmup
 def test_process_groups_answer_as_one_rank_of_the_deployment(pp_rank: int) -> None:
     config = VllmConfig(
         parallel_config=ParallelConfig(
-            tensor_parallel_size=4, pipeline_parallel_size=2, data_parallel_size=2
+            tensor_parallel_size=4,
+            pipeline_parallel_size=2,
+            data_parallel_size=2,
+            # Any host: only the groups are built, no worker is started.
+            distributed_executor_backend="mp",
         )
     )
 
