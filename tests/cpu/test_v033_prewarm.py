@@ -118,11 +118,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cases = {**invalid, **other}
     jobs = {"cases": ("cli", json.dumps(list(cases.values())))}
     for runner in RUNNERS:
+        # The warmup first: vLLM's log handlers follow the first run's streams,
+        # and its closing log line is checked.
         cli: list[dict[str, Any]] = [
             {"serving": {}, "argv": ["--dry-run", "--json"], "env": ENV[runner]}
         ]
         if _groups():
-            cli.append({"serving": {}, "argv": ["--json"], "env": ENV[runner], "record": True})
+            cli.insert(0, {"serving": {}, "argv": ["--json"], "env": ENV[runner], "record": True})
             jobs[f"lifecycle {runner}"] = ("lifecycle", json.dumps({"runner": runner}))
         jobs[f"cli {runner}"] = ("cli", json.dumps(cli))
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -150,7 +152,7 @@ def test_prewarm_compiles_what_the_runner_lifecycle_compiles(
     if not _groups():
         pytest.skip("no kernel-group drivers (dsv4warmup.v033.<group>) on this branch")
     lifecycle = runs[f"lifecycle {runner}"]
-    dry_run, warmed = runs[f"cli {runner}"]
+    warmed, dry_run = runs[f"cli {runner}"]
     listed = {k["name"]: sorted(k["keys"]) for k in _summary(dry_run)["kernels"]}
     compiled = _summary(warmed)
     assert compiled["deployment"]["model_runner"] == runner
@@ -163,13 +165,27 @@ def test_prewarm_compiles_what_the_runner_lifecycle_compiles(
             assert listed.get(name) == lifecycle["compile_keys"][name], f"{runner}: {name}"
     # The drafter's kernel is among them (its registration needs the drafter step).
     assert "MTPSharedHeadRMSNormKernel" in listed
+    # The registry's closing line says what was warmed and how (patch 0006).
+    (line,) = [
+        x for x in warmed["stderr"].splitlines() if "INFO" in x and "JIT kernel warmup:" in x
+    ]
+    n_keys, n_kernels = compiled["num_keys"], len(compiled["kernels"])
+    assert f"JIT kernel warmup: {n_keys} compile keys of {n_kernels} kernels in " in line
+
+    def per_backend(counts: dict[str, int]) -> str:
+        return ", ".join(f"{n} {b}" for b, n in sorted(counts.items())) or "0"
+
+    assert line.endswith(
+        f"compiled: {per_backend(compiled['compiled'])}; "
+        f"loaded from the disk caches: {per_backend(compiled['loaded_from_cache'])}."
+    ), line
 
 
 def test_each_runner_collects_its_own_set_up(runs: dict[str, Any]) -> None:
     """Both runners build the MTP drafter; only V1 builds the EAGLE proposer
     with its registry active (V2 builds its speculator outside it)."""
     listed = {
-        runner: {k["name"] for k in _summary(runs[f"cli {runner}"][0])["kernels"]}
+        runner: {k["name"] for k in _summary(runs[f"cli {runner}"][-1])["kernels"]}
         for runner in RUNNERS
     }
     eagle = {"_eagle_prepare_inputs_padded", "_eagle_prepare_next_token_padded"}
@@ -180,7 +196,7 @@ def test_each_runner_collects_its_own_set_up(runs: dict[str, Any]) -> None:
 
 
 def test_dry_run_json_is_the_only_stdout(runs: dict[str, Any]) -> None:
-    summary = _summary(runs["cli v2"][0])
+    summary = _summary(runs["cli v2"][-1])
     assert summary["dry_run"] is True and summary["enable_jit_warmup"] is True
     assert summary["deployment"]["tensor_parallel_size"] == 4
     assert summary["num_keys"] == sum(len(k["keys"]) for k in summary["kernels"]) > 0
@@ -226,7 +242,7 @@ def test_one_gpu_host_prewarms_a_tp4_deployment(runs: dict[str, Any]) -> None:
     """An image build host with one GPU warms what the TP 4 node would: vLLM's
     "world size > GPUs" check is for starting workers, which this does not."""
     one_gpu = _summary(runs["case answers"]["one GPU"])
-    eight_gpus = _summary(runs["cli v2"][0])
+    eight_gpus = _summary(runs["cli v2"][-1])
     assert one_gpu["deployment"]["tensor_parallel_size"] == 4
 
     def keys(summary: dict[str, Any]) -> dict[str, list[str]]:

@@ -127,6 +127,9 @@ def run(
     summary["new_entries"] = {
         name: len(entries(path) - before[name]) for name, path in caches.items()
     }
+    summary["warmup_line"] = next(
+        (x for x in res.stderr.splitlines() if "INFO" in x and "JIT kernel warmup:" in x), None
+    )
     summary["skipped"] = [
         line for line in res.stderr.splitlines() if line.startswith("lab: skipped")
     ]
@@ -145,6 +148,7 @@ def record(name: str, summary: dict[str, Any]) -> None:
             "seconds",
             "new_entries",
             "skipped",
+            "warmup_line",
             "deployment",
         )
     }

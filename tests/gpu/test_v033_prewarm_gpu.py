@@ -61,6 +61,8 @@ def test_second_process_finds_every_key_in_the_disk_caches(tmp_path: Path) -> No
     prewarm_process.record("flash-warm", second)
     assert second["num_keys"] == first["num_keys"]
     assert second["compiled"] == {}, f"compiled again: {second['compiled']}"
+    # The registry's own closing line (patch 0006) says the same.
+    assert "; compiled: 0; loaded from the disk caches: " in second["warmup_line"]
     assert second["new_entries"] == {"triton": 0, "tilelang": 0}
     for backend in ("triton", "tilelang"):
         # Every binary the first process built, the second read from disk.

@@ -4,7 +4,6 @@
 
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -49,32 +48,3 @@ def test_describe_key_sorts_triton_keys() -> None:
     key = SimpleNamespace(jit_keys=frozenset({JitKey("b"), JitKey("a")}))
     assert offline_warmup.describe_key(key) == "a | b"
     assert offline_warmup.describe_key(("x", 1)) == "('x', 1)"
-
-
-def test_count_compiles_counts_triton_cache_hits_and_chains_listener() -> None:
-    knobs = pytest.importorskip("triton").knobs
-    seen: list[bool] = []
-
-    def previous(*, cache_hit: bool, **kwargs: Any) -> None:
-        seen.append(cache_hit)
-
-    knobs.compilation.listener = previous
-    try:
-        with offline_warmup.count_compiles() as counts:
-            listener = knobs.compilation.listener
-            assert listener is not None
-            for hit in (False, True, True):
-                listener(
-                    src=None,
-                    metadata=None,
-                    metadata_group=None,
-                    times=None,
-                    cache_hit=hit,
-                )
-        assert knobs.compilation.listener is previous
-    finally:
-        knobs.compilation.listener = None
-
-    assert counts.compiled == {"triton": 1}
-    assert counts.loaded == {"triton": 2}
-    assert seen == [False, True, True]

@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
-import inspect
-import threading
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
@@ -344,64 +340,6 @@ def kernel_backend(kernel: VllmJitKernel[Any]) -> str:
         if isinstance(kernel, cls):
             return backend
     return "other"
-
-
-@dataclass
-class CompileCounts:
-    """Binaries built vs. read from the disk cache, per backend."""
-
-    compiled: dict[str, int] = field(default_factory=dict)
-    loaded: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, backend: str, cache_hit: bool) -> None:
-        with self._lock:
-            counts = self.loaded if cache_hit else self.compiled
-            counts[backend] = counts.get(backend, 0) + 1
-
-
-@contextlib.contextmanager
-def count_compiles() -> Iterator[CompileCounts]:
-    """Count Triton and TileLang compiles and disk-cache loads while active.
-
-    Triton reports every ``compile()`` to ``knobs.compilation.listener`` with
-    ``cache_hit``; TileLang builds a ``JITKernel`` with ``from_database=True``
-    when it loads one from its cache (as the JIT monitor reads it).
-    """
-    counts = CompileCounts()
-    with contextlib.ExitStack() as stack:
-        try:
-            from triton import knobs
-        except ImportError:
-            knobs = None
-        if knobs is not None:
-            previous = knobs.compilation.listener
-
-            def listener(*, cache_hit: bool, **kwargs: Any) -> None:
-                counts.add("triton", cache_hit)
-                if previous is not None:
-                    previous(cache_hit=cache_hit, **kwargs)
-
-            knobs.compilation.listener = listener
-            stack.callback(setattr, knobs.compilation, "listener", previous)
-        try:
-            # Resolved at runtime, as the JIT monitor does: TileLang is optional.
-            jit_kernel = importlib.import_module("tilelang.jit.kernel").JITKernel
-        except Exception:
-            jit_kernel = None
-        if inspect.isclass(jit_kernel):
-            original_init: Callable[..., None] = jit_kernel.__init__
-
-            def init(self: Any, *args: Any, **kwargs: Any) -> None:
-                from_database = (
-                    args[7] if len(args) > 7 else kwargs.get("from_database", False)
-                )
-                counts.add("tilelang", bool(from_database))
-                original_init(self, *args, **kwargs)
-
-            jit_kernel.__init__ = init
-            stack.callback(setattr, jit_kernel, "__init__", original_init)
-        yield counts
 
 
 def cache_dirs() -> dict[str, str | None]:
