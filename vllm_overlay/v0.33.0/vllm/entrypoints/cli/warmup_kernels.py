@@ -106,9 +106,7 @@ def _allow_fewer_gpus_than_world_size(engine_args: "AsyncEngineArgs") -> None:
     """
     from vllm.platforms import current_platform
 
-    world_size = (
-        engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size
-    )
+    world_size = engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size
     if (
         engine_args.distributed_executor_backend is None
         and current_platform.device_count() < world_size
