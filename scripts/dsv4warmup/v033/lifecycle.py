@@ -237,6 +237,28 @@ def registrations() -> Iterator[list[Registration]]:
         JitWarmupRegistry.register = original  # type: ignore[method-assign]
 
 
+def warm_registry(
+    vllm_config: Any,
+    runner: str,
+    register: Callable[[Any, str], None],
+    keep: Callable[[Any], bool] | None = None,
+) -> Any:
+    """A real ``JitWarmupRegistry`` holding what ``runner``'s start-up keeps of
+    the registrations ``register(vllm_config, runner)`` makes (its steps
+    attributed with :func:`step`; the runner's active steps only, and the
+    kernels ``keep`` accepts); call its ``warmup()``."""
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    active = active_steps(runner)
+    with registrations() as recorded:
+        register(vllm_config, runner)
+    registry = JitWarmupRegistry(vllm_config)
+    for r in recorded:
+        if r.step in active and (keep is None or keep(r.kernel)):
+            registry._add(r.kernel, r.args, r.kwargs)
+    return registry
+
+
 # --------------------------------------------------------------------------
 # Running the real registry warmup on CPU
 

@@ -1025,19 +1025,11 @@ if __name__ == "__main__":
 
 
 def warm_registry(vllm_config: Any, runner: str) -> Any:
-    """A real ``JitWarmupRegistry`` holding what ``runner``'s start-up
-    registers of these two kernels (:func:`register` in the lifecycle's steps,
-    the runner's active steps only); call its ``warmup()``."""
-    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
-
+    """A real ``JitWarmupRegistry`` of what ``runner``'s start-up registers of
+    these two kernels (:func:`register`); call its ``warmup()``."""
     from . import lifecycle
 
     owners = ("BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel")
-    active = lifecycle.active_steps(runner)
-    with lifecycle.registrations() as recorded:
-        register(vllm_config, runner)
-    registry = JitWarmupRegistry(vllm_config)
-    for r in recorded:
-        if r.step in active and type(r.kernel).__name__ in owners:
-            registry._add(r.kernel, r.args, r.kwargs)
-    return registry
+    return lifecycle.warm_registry(
+        vllm_config, runner, register, keep=lambda kernel: type(kernel).__name__ in owners
+    )

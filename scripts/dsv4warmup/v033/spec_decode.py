@@ -692,21 +692,12 @@ def run_call_sites(
 
 
 def warm_registry(vllm_config: Any, runner: str) -> Any:
-    """A real ``JitWarmupRegistry`` holding what ``runner``'s start-up
-    registers of these kernels (:func:`register` in the lifecycle's steps,
-    the runner's active steps only); call its ``warmup()``."""
-    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
-
+    """A real ``JitWarmupRegistry`` of what ``runner``'s start-up registers of
+    these kernels (:func:`register` in the lifecycle's steps); call its
+    ``warmup()``."""
     from . import lifecycle
 
-    active = lifecycle.active_steps(runner)
-    with lifecycle.registrations() as recorded:
-        _register_own_kernels(vllm_config, runner)
-    registry = JitWarmupRegistry(vllm_config)
-    for r in recorded:
-        if r.step in active:
-            registry._add(r.kernel, r.args, r.kwargs)
-    return registry
+    return lifecycle.warm_registry(vllm_config, runner, _register_own_kernels)
 
 
 # --- test entry points (run in the interpreter that imports a tree) -------------
