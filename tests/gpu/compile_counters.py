@@ -95,3 +95,16 @@ def built(counts: Counter[tuple[str, str, bool]]) -> dict[str, int]:
         if not from_disk:
             out[f"{backend}:{name}"] = out.get(f"{backend}:{name}", 0) + n
     return out
+
+
+def launch_fresh_triton_key() -> None:
+    """A positive control: one Triton launch with a key no warmup has (the MTP
+    shared-head norm at hidden size 1000; no DeepSeek V4 model has it)."""
+    import torch
+    from vllm.models.deepseek_v4.common.ops.fused_mtp_input_rmsnorm import (
+        _MTP_SHARED_HEAD_RMSNORM_KERNEL,
+    )
+
+    x = torch.randn(3, 1000, dtype=torch.bfloat16, device="cuda")
+    weight = torch.ones(1000, dtype=torch.bfloat16, device="cuda")
+    _MTP_SHARED_HEAD_RMSNORM_KERNEL(x, weight, 1e-6)

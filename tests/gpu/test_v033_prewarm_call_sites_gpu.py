@@ -143,19 +143,6 @@ def _serve_mhc(cfg: Any, runner: str) -> None:
         torch.cuda.synchronize()
 
 
-def _positive_control() -> None:
-    """A Triton key no warmup has (MTP norm at hidden size 1000)."""
-    import torch
-    from vllm.models.deepseek_v4.common.ops.fused_mtp_input_rmsnorm import (
-        _MTP_SHARED_HEAD_RMSNORM_KERNEL,
-    )
-
-    x = torch.randn(3, 1000, dtype=torch.bfloat16, device="cuda")
-    weight = torch.ones(1000, dtype=torch.bfloat16, device="cuda")
-    _MTP_SHARED_HEAD_RMSNORM_KERNEL(x, weight, 1e-6)
-    torch.cuda.synchronize()
-
-
 @pytest.mark.parametrize("group", GROUPS)
 @pytest.mark.parametrize("name,runner", CASES, ids=[f"{n}-{r}" for n, r in CASES])
 def test_prewarm_then_serving_builds_nothing(
@@ -170,7 +157,7 @@ def test_prewarm_then_serving_builds_nothing(
         pytest.skip("needs a CUDA GPU")
     prewarmed = _prewarmed(tmp_path_factory.getbasetemp(), name, runner)
     _use_caches(prewarmed, tmp_path)
-    from compile_counters import builds, built
+    from compile_counters import builds, built, launch_fresh_triton_key
 
     cfg = _cfg(name)
     serve = {"sparse_mla": _serve_sparse_mla, "spec_decode": _serve_spec_decode, "mhc": _serve_mhc}
@@ -189,5 +176,6 @@ def test_prewarm_then_serving_builds_nothing(
 
     # Positive control: the counter sees a build.
     with builds() as fresh:
-        _positive_control()
+        launch_fresh_triton_key()
+        torch.cuda.synchronize()
     assert built(fresh) == {"triton:MTPSharedHeadRMSNormKernel.kernel": 1}, dict(fresh)
