@@ -4,7 +4,7 @@
 #   .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
-# tests), sanitizer (c128a memcheck), bench (warmup costs), mhc (mHC warmup vs upstream grid),
+# tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), mhc (mHC warmup vs upstream grid),
 # first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
@@ -86,6 +86,12 @@ phase_sweep_memory() {  # where memory goes under memcheck (scripts/dsv4warmup/g
 phase_bench() {  # warmup costs, cold and warm disk caches
   ( lab patched; cd "$REPO" && echo "### Triton warmups" &&
     timeout ${PHASE_TIMEOUT:-600} python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 )
+}
+
+phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold and warm (#18)
+  ( lab patched; cd "$REPO" && echo "### bench_warmup ${BENCH_ARGS:-}" &&
+    timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_warmup.py --tree "$DSV4_VLLM_TREE" \
+      ${BENCH_ARGS:-} --json "$OUT/bench_warmup.json" 2>&1 )
 }
 
 phase_mhc() {

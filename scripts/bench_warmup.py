@@ -1,0 +1,182 @@
+"""Start-up cost of the JIT warmup, per kernel family, cold and warm (GPU; by hand).
+
+    python scripts/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm]
+        [--variant flash|pro] [--max-num-batched-tokens N] [--num-speculative-tokens K]
+        [--runner v2|v1] [--json FILE]
+
+Each run is a fresh ``vllm warmup-kernels`` process (:mod:`dsv4warmup.gpu.prewarm_runner`)
+for the deployment (DeepSeek V4 Flash or Pro from a generated ``config.json``,
+TP 4, fp8 KV cache, block 256, MTP), the registry's own warmup of every
+registered kernel: ``cold`` on empty Triton and TileLang cache folders, ``warm``
+on the folders the cold run filled (a second start, or a start after the
+pre-warm). Printed: per family (this series' sparse-MLA, spec-decode and mHC
+kernels, then everything else the registry holds), keys and the seconds their
+compiles took in each run; then the warmup's own total, the process wall time
+and what was compiled vs. read from the disk caches.
+
+A family's seconds add up its kernels' ``compile_many`` calls: Triton kernels
+compile in parallel threads, so their seconds overlap and can exceed the wall
+time; TileLang kernels compile one after another. Pristine 0.33.0 has no
+offline entry point, and its start-up warmup runs only inside a serving
+worker (weights, KV cache), which the lab cannot start; its key counts per
+kernel are in ``make audit BASE=0.33.0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from dsv4warmup.gpu.prewarm_runner import TIMINGS_PREFIX  # noqa: E402
+
+FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other")
+_SPARSE_MLA = {"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"}
+_SPEC_DECODE = {
+    "MTPSharedHeadRMSNormKernel",
+    "_eagle_prepare_inputs_padded",
+    "_eagle_prepare_next_token_padded",
+    "eagle_step_slot_mapping_metadata_kernel",
+}
+
+
+def family(name: str, module: str) -> str:
+    """The kernel family of a registered kernel (its name and module)."""
+    if name in _SPARSE_MLA:
+        return "sparse-MLA"
+    if name in _SPEC_DECODE or name.startswith(("_eagle_", "eagle_")):
+        return "spec-decode"
+    if module.startswith("vllm.model_executor.kernels.mhc."):
+        return "mHC"
+    return "other"
+
+
+def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Keys and seconds per family from a run's ``timings`` line."""
+    out = {f: {"keys": 0, "seconds": 0.0} for f in FAMILIES}
+    for name, row in timings.items():
+        f = out[family(name, row["module"])]
+        f["keys"] += row["keys"]
+        f["seconds"] += row["seconds"]
+    return out
+
+
+def run_once(tree: Path, flags: list[str], caches: Path, runner: str) -> dict[str, Any]:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tree), str(REPO / "scripts")]),
+        TRITON_CACHE_DIR=str(caches / "triton"),
+        TILELANG_CACHE_DIR=str(caches / "tilelang"),
+        DSV4_PREWARM_TIMINGS="1",
+        VLLM_USE_V2_MODEL_RUNNER="1" if runner == "v2" else "0",
+    )
+    start = time.perf_counter()
+    res = subprocess.run(
+        [sys.executable, "-m", "dsv4warmup.gpu.prewarm_runner", *flags, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    wall = time.perf_counter() - start
+    if res.returncode != 0:
+        sys.exit(f"error: vllm warmup-kernels exited {res.returncode}:\n{res.stderr[-4000:]}")
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    timings = next(
+        json.loads(line[len(TIMINGS_PREFIX) :])
+        for line in reversed(res.stderr.splitlines())
+        if line.startswith(TIMINGS_PREFIX)
+    )
+    return {
+        "wall_s": wall,
+        "warmup_s": summary["seconds"],
+        "num_keys": summary["num_keys"],
+        "compiled": summary["compiled"],
+        "loaded_from_cache": summary["loaded_from_cache"],
+        "families": by_family(timings),
+        "skipped": [x for x in res.stderr.splitlines() if x.startswith("lab: skipped")],
+    }
+
+
+def table(runs: dict[str, dict[str, Any]]) -> str:
+    names = list(runs)
+    lines = [
+        "| family | keys | " + " | ".join(f"{n} s" for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    first = runs[names[0]]["families"]
+    for f in FAMILIES:
+        cells = " | ".join(f"{runs[n]['families'][f]['seconds']:.2f}" for n in names)
+        lines.append(f"| {f} | {first[f]['keys']} | {cells} |")
+    for label, key in (("`vllm warmup-kernels` (command)", "warmup_s"), ("process wall", "wall_s")):
+        cells = " | ".join(f"{runs[n][key]:.2f}" for n in names)
+        lines.append(f"| {label} | {runs[names[0]]['num_keys']} | {cells} |")
+    for n in names:
+        lines.append(
+            f"\n{n}: compiled {runs[n]['compiled'] or 0}, "
+            f"loaded from the disk caches {runs[n]['loaded_from_cache'] or 0}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree", type=Path, required=True, help="a tree with `vllm warmup-kernels`")
+    ap.add_argument("--runs", default="cold,warm")
+    ap.add_argument("--variant", choices=("flash", "pro"), default="flash")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    ap.add_argument("--num-speculative-tokens", type=int, default=1)
+    ap.add_argument("--runner", choices=("v2", "v1"), default="v2")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if not (args.tree / "vllm/entrypoints/cli/warmup_kernels.py").is_file():
+        sys.exit(f"error: --tree {args.tree}: no `vllm warmup-kernels` (apply the 0.33.0 series)")
+
+    from dsv4warmup.serving import FLASH, PRO
+    from dsv4warmup.v033 import engine, prewarm
+
+    cfg = (FLASH if args.variant == "flash" else PRO).replace(
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        num_speculative_tokens=args.num_speculative_tokens,
+    )
+    with tempfile.TemporaryDirectory(prefix="dsv4-bench-") as tmp:
+        model = Path(tmp) / "model"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps(engine.hf_config_dict(cfg), default=str))
+        flags = prewarm.serve_flags(cfg, str(model))
+        caches = Path(tmp) / "caches"
+        runs: dict[str, dict[str, Any]] = {}
+        for name in args.runs.split(","):
+            if name not in ("cold", "warm"):
+                sys.exit(f"error: --runs: unknown run {name!r} (cold, warm)")
+            if name == "cold" and caches.exists():
+                sys.exit("error: --runs: cold after warm would not be cold")
+            if name == "warm" and not caches.exists():
+                sys.exit("error: --runs: warm needs a cold run before it")
+            runs[name] = run_once(args.tree, flags, caches, args.runner)
+            print(f"{name}: {runs[name]['wall_s']:.1f} s wall", file=sys.stderr)
+    print(
+        f"{args.variant}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
+        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}"
+    )
+    print(table(runs))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"config": vars(args) | {"tree": str(args.tree)}, "runs": runs},
+                default=str,
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""``vllm warmup-kernels`` (0.33.0 series) as a process of its own, on the GPU lab.
+
+    PYTHONPATH=<tree>:scripts python -m dsv4warmup.gpu.prewarm_runner <model> [serve flags] --json
+
+Runs the subcommand the way ``vllm`` does, without importing the API server.
+The lab machine lacks packages a production install has: CuTeDSL
+(``nvidia-cutlass-dsl``), which DeepSeek V4's layers import at construction,
+FlashInfer, which V1's sampler asks whether it can sample, and DeepGEMM,
+without which its sparse indexer refuses to build. When they are missing, this
+stands in for them as the GPU tests' drivers do (:mod:`dsv4warmup.v033.meta_models`
+modules whose attributes are mocks, stubs for compiled ops its ``vllm._C``
+lacks, the indexer's DeepGEMM check answered yes; mHC still sees no DeepGEMM)
+and skips the CuTeDSL kernels' compiles (none is this series'), naming them on
+stderr (``lab: skipped``). On a full install it runs the command unchanged.
+
+``DSV4_PREWARM_TIMINGS=1``: one more stderr line, ``timings: {json}``, with the
+seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
+threads, so theirs overlap) and its key count, by kernel name.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import sys
+import time
+from typing import Any
+from unittest import mock
+
+TIMINGS_PREFIX = "timings: "
+# DeepGEMM and TileLang stay as installed: they decide the mHC keys.
+_STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
+
+
+def _missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _stand_in_for_what_the_lab_lacks() -> tuple[str, ...]:
+    from dsv4warmup.v033 import meta_models
+
+    missing = tuple(m for m in _STAND_IN_ROOTS if _missing(m))
+    if missing:
+        sys.meta_path.insert(0, meta_models._MockModuleFinder(missing))
+        print(f"lab: stand-ins for {missing}", file=sys.stderr)
+    # Compiled ops the lab's vllm._C lacks: stubs that raise if called (nothing
+    # calls them while the model is only built); a real build keeps its own.
+    meta_models._stub_compiled_ops().__enter__()
+    if _missing("deep_gemm"):
+        mock.patch(
+            "vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm", lambda: True
+        ).start()
+    return missing
+
+
+def _time_compiles() -> None:
+    from vllm.model_executor.warmup.jit_warmup import VllmJitKernel
+    from vllm.model_executor.warmup.offline_warmup import kernel_name
+
+    timings: dict[str, dict[str, Any]] = {}
+    compile_many = VllmJitKernel.compile_many
+
+    def timed(self: Any, keys: Any) -> None:
+        keys = list(keys)
+        start = time.perf_counter()
+        try:
+            compile_many(self, keys)
+        finally:
+            row = timings.setdefault(
+                kernel_name(self), {"module": type(self).__module__, "keys": 0, "seconds": 0.0}
+            )
+            row["keys"] += len(keys)
+            row["seconds"] += time.perf_counter() - start
+
+    VllmJitKernel.compile_many = timed  # type: ignore[method-assign]
+    atexit.register(lambda: print(TIMINGS_PREFIX + json.dumps(timings), file=sys.stderr))
+
+
+def main(argv: list[str]) -> None:
+    missing = _stand_in_for_what_the_lab_lacks()
+    from vllm.entrypoints.cli.warmup_kernels import WarmupKernelsSubcommand
+    from vllm.logger import configure_logging_from_args
+    from vllm.model_executor.warmup.jit_warmup_cutedsl_helper import VllmCuTeDSLJitKernel
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    if "cutlass" in missing:
+
+        def skip(self: Any, keys: Any) -> None:
+            keys = list(keys)
+            print(f"lab: skipped {type(self).__name__} ({len(keys)} keys)", file=sys.stderr)
+
+        VllmCuTeDSLJitKernel.compile_many = skip  # type: ignore[method-assign]
+    if os.environ.get("DSV4_PREWARM_TIMINGS") == "1":
+        _time_compiles()
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(dest="subparser")
+    WarmupKernelsSubcommand().subparser_init(subparsers)
+    args = parser.parse_args(["warmup-kernels", *argv])
+    configure_logging_from_args(args)
+    WarmupKernelsSubcommand.cmd(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,82 @@
+"""``scripts/bench_warmup.py``'s bookkeeping (the GPU runs themselves are by hand):
+kernels land in their family, seconds and keys add up, the table shows each run."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from dsv4warmup.paths import REPO
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_warmup", REPO / "scripts/bench_warmup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TIMINGS = {
+    "BuildC128ATopkMetadataKernel": {
+        "module": "vllm.models.deepseek_v4.sparse_mla",
+        "keys": 3,
+        "seconds": 2.5,
+    },
+    "CombineTopkSwaIndicesKernel": {
+        "module": "vllm.models.deepseek_v4.sparse_mla",
+        "keys": 20,
+        "seconds": 1.0,
+    },
+    "MTPSharedHeadRMSNormKernel": {
+        "module": "vllm.models.deepseek_v4.common.ops.fused_mtp_input_rmsnorm",
+        "keys": 1,
+        "seconds": 0.25,
+    },
+    "_eagle_prepare_inputs_padded": {
+        "module": "vllm.v1.spec_decode.utils",
+        "keys": 1,
+        "seconds": 0.5,
+    },
+    "MhcPreBigFuseTileLangKernel": {
+        "module": "vllm.model_executor.kernels.mhc.tilelang",
+        "keys": 4,
+        "seconds": 30.0,
+    },
+    "HcHeadFusedTileLangKernel": {
+        "module": "vllm.model_executor.kernels.mhc.tilelang",
+        "keys": 1,
+        "seconds": 5.0,
+    },
+    "_rejection_greedy_sample": {
+        "module": "vllm.v1.sample.rejection_sampler",
+        "keys": 2,
+        "seconds": 0.1,
+    },
+}
+
+
+def test_families_add_up() -> None:
+    families = _bench().by_family(TIMINGS)
+    assert families["sparse-MLA"] == {"keys": 23, "seconds": 3.5}
+    assert families["spec-decode"] == {"keys": 2, "seconds": 0.75}
+    assert families["mHC"] == {"keys": 5, "seconds": 35.0}
+    assert families["other"] == {"keys": 2, "seconds": 0.1}
+
+
+def test_table_shows_every_run() -> None:
+    bench = _bench()
+    run = {
+        "wall_s": 80.0,
+        "warmup_s": 57.0,
+        "num_keys": 32,
+        "compiled": {"triton": 27, "tilelang": 5},
+        "loaded_from_cache": {},
+        "families": bench.by_family(TIMINGS),
+    }
+    warm = dict(run, wall_s=25.0, warmup_s=3.0, compiled={}, loaded_from_cache={"triton": 27})
+    text = bench.table({"cold": run, "warm": warm})
+    assert "| family | keys | cold s | warm s |" in text
+    assert "| mHC | 5 | 35.00 | 35.00 |" in text
+    assert "| process wall | 32 | 80.00 | 25.00 |" in text
+    assert "warm: compiled 0, loaded from the disk caches {'triton': 27}" in text
