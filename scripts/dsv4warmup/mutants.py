@@ -31,6 +31,8 @@ from .paths import REPO
 
 _P26 = "patches/v0.26.0"
 _P25 = "patches/v0.25.1"
+_P33 = "patches/v0.33.0"
+_CLI33 = "vllm_overlay/v0.33.0/vllm/entrypoints/cli/warmup_kernels.py"
 _DISPATCH = "vllm_overlay/vllm/model_executor/kernels/mhc/tilelang_dispatch.py"
 _SENTINEL = "vllm_overlay/vllm/model_executor/warmup/deepseek_v4_jit_sentinel.py"
 
@@ -161,6 +163,42 @@ def mutants() -> list[Mutant]:
             "+        self.req_id_per_token_buffer = torch.zeros(",
             "+        self.req_id_per_token_buffer = torch.empty(",
             (_BUFFERS,),
+        ),
+        # 0.33.0: a guard, the mHC token walk, the pre-warm on a small host,
+        # the registry's closing counts.
+        Mutant(
+            "v033-c128a-no-block-id-guard",
+            _patch(_P33, "0001"),
+            "+                is_valid = is_valid & _is_safe(block_numbers, num_kv_blocks)",
+            "+                is_valid = is_valid",
+            ("tests/cpu/test_v033_c128a_guard_interpret.py",),
+        ),
+        Mutant(
+            "v033-mhc-fused-walk-stops-at-4",
+            _patch(_P33, "0008"),
+            "+                    if value < _FUSED_POST_PRE_MAX_TOKENS",
+            "+                    if value < 4",
+            (
+                "tests/cpu/test_v033_mhc.py::"
+                "test_tree_mhc_warmup_tests_pass_patched_and_fail_pristine",
+            ),
+        ),
+        Mutant(
+            "v033-prewarm-needs-every-gpu",
+            _CLI33,
+            "and current_platform.device_count() < world_size",
+            "and current_platform.device_count() < 0",
+            ("tests/cpu/test_v033_prewarm.py::test_one_gpu_host_prewarms_a_tp4_deployment",),
+        ),
+        Mutant(
+            "v033-warmup-log-swaps-compiled-and-loaded",
+            _patch(_P33, "0006"),
+            "+            counts = self.loaded if cache_hit else self.compiled",
+            "+            counts = self.compiled if cache_hit else self.loaded",
+            (
+                "tests/cpu/test_v033_prewarm.py::"
+                "test_tree_tests_of_the_command_pass_on_a_one_gpu_host",
+            ),
         ),
         # The post-warmup sentinel stops watching a kernel.
         Mutant(
