@@ -10,8 +10,11 @@ interpreters that import a 0.33.0 tree; the torch CPU build stays the venv's
 
 from __future__ import annotations
 
+import fcntl
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .paths import CACHE
@@ -32,19 +35,41 @@ def extra_python_path(base: str) -> list[Path]:
         return []
     target = CACHE / f"py-triton-{version}"
     if not (target / "triton" / "__init__.py").is_file():
-        print(f"installing triton {version} into {target}", file=sys.stderr)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--target",
-                str(target),
-                f"triton=={version}",
-            ],
-            check=True,
-        )
+        _install(version, target)
     return [target]
+
+
+def _install(version: str, target: Path) -> None:
+    """pip-install ``triton==version`` into ``target``, once across processes.
+
+    The audit starts its pristine and patched interpreters at the same time:
+    an exclusive lock makes the second wait for the first, and the install goes
+    to a scratch folder renamed into place, so no process ever imports a
+    half-written Triton (or finds one left by a killed install).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "triton" / "__init__.py").is_file():
+            return
+        print(f"installing triton {version} into {target}", file=sys.stderr)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--target",
+                    str(scratch),
+                    f"triton=={version}",
+                ],
+                check=True,
+            )
+            shutil.rmtree(target, ignore_errors=True)
+            scratch.rename(target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)

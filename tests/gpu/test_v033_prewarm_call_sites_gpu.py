@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,9 @@ SERIES_TRITON = {
     },
     "mhc": set(),
 }
+# Made at collection, in pytest's own process: every forked test sees the same
+# folder (a forked test's tmp_path_factory would make a new base per test).
+PREWARM_ROOT = Path(tempfile.mkdtemp(prefix="dsv4-prewarm-"))
 
 
 def _cfg(name: str) -> Any:
@@ -77,12 +81,12 @@ def _cfg(name: str) -> Any:
     return _boundaries()[name].replace(sm_count=sm_count)
 
 
-def _prewarmed(base: Path, name: str, runner: str) -> Path:
+def _prewarmed(name: str, runner: str) -> Path:
     """The caches of one pre-warm of (``name``, ``runner``), made once per session."""
     tree = prewarm_process.tree()
     if tree is None:
         pytest.skip("needs a vLLM tree with `vllm warmup-kernels` (DSV4_V033_PATCHED_TREE)")
-    folder = base / f"prewarm-{name}-{runner}"
+    folder = PREWARM_ROOT / f"{name}-{runner}"
     done = folder / "summary.json"
     if not done.is_file():
         shutil.rmtree(folder, ignore_errors=True)
@@ -147,7 +151,6 @@ def _serve_mhc(cfg: Any, runner: str) -> None:
 @pytest.mark.parametrize("name,runner", CASES, ids=[f"{n}-{r}" for n, r in CASES])
 def test_prewarm_then_serving_builds_nothing(
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
     name: str,
     runner: str,
     group: str,
@@ -155,7 +158,7 @@ def test_prewarm_then_serving_builds_nothing(
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    prewarmed = _prewarmed(tmp_path_factory.getbasetemp(), name, runner)
+    prewarmed = _prewarmed(name, runner)
     _use_caches(prewarmed, tmp_path)
     from compile_counters import builds, built, launch_fresh_triton_key
 
