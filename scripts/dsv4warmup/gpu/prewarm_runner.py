@@ -21,6 +21,7 @@ threads, so theirs overlap) and its key count, by kernel name.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import json
 import os
@@ -32,6 +33,9 @@ from unittest import mock
 TIMINGS_PREFIX = "timings: "
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
+# The stand-ins stay for the whole process: a context manager entered without a
+# reference is closed (and undone) when its generator is collected.
+_STAND_INS = contextlib.ExitStack()
 
 
 def _missing(name: str) -> bool:
@@ -50,11 +54,11 @@ def _stand_in_for_what_the_lab_lacks() -> tuple[str, ...]:
         print(f"lab: stand-ins for {missing}", file=sys.stderr)
     # Compiled ops the lab's vllm._C lacks: stubs that raise if called (nothing
     # calls them while the model is only built); a real build keeps its own.
-    meta_models._stub_compiled_ops().__enter__()
+    _STAND_INS.enter_context(meta_models._stub_compiled_ops())
     if _missing("deep_gemm"):
-        mock.patch(
-            "vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm", lambda: True
-        ).start()
+        _STAND_INS.enter_context(
+            mock.patch("vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm", lambda: True)
+        )
     return missing
 
 

@@ -1,0 +1,68 @@
+"""The GPU tests' pre-warm runner (:mod:`dsv4warmup.gpu.prewarm_runner`) in the
+lab's Python environment (:mod:`dsv4warmup.v033.lab_host`): what the lab lacks
+stays missing, and the runner's stand-ins get ``vllm warmup-kernels`` through
+configuration and model building (``--dry-run``: nothing compiles on CPU).
+
+The lab's first two GPU runs stopped exactly here (compiled ops its ``vllm._C``
+stub lacks, looked up while vLLM configures the fusion passes and builds V1's
+sampler); the control without the runner's op stubs must stop the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dsv4warmup import toolchains, trees
+from dsv4warmup.paths import PATCHES, REPO
+
+SERIES_KERNELS = {
+    "BuildC128ATopkMetadataKernel",
+    "CombineTopkSwaIndicesKernel",
+    "MTPSharedHeadRMSNormKernel",
+    "MhcPreBigFuseTileLangKernel",
+}
+
+
+def _run(tmp_path: Path, variant: str, runner: str, **env: str) -> subprocess.CompletedProcess:
+    if not (PATCHES / "v0.33.0").is_dir():
+        pytest.skip("no 0.33.0 series")
+    tree = trees.patched_tree("0.33.0")
+    path = [*toolchains.extra_python_path("0.33.0"), tree, REPO / "scripts"]
+    return subprocess.run(
+        [sys.executable, "-m", "dsv4warmup.v033.lab_host", str(tmp_path / "model"), variant]
+        + ["--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(map(str, path)),
+            VLLM_CACHE_ROOT=str(tree.parent / f"{tree.name}.vllm-cache"),
+            DSV4_CPU_HOSTED_GPU_COUNT="1",
+            VLLM_USE_V2_MODEL_RUNNER="1" if runner == "v2" else "0",
+            **env,
+        ),
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize("variant,runner", [("flash", "v2"), ("flash", "v1"), ("pro", "v2")])
+def test_runner_gets_the_command_through_on_the_lab(
+    tmp_path: Path, variant: str, runner: str
+) -> None:
+    res = _run(tmp_path, variant, runner)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "lab: stand-ins for ('cutlass', 'cuda', 'quack', 'flashinfer')" in res.stderr
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["dry_run"] is True and summary["num_keys"] > 0
+    assert SERIES_KERNELS <= {k["name"] for k in summary["kernels"]}
+
+
+def test_without_its_op_stubs_the_command_stops_as_on_the_lab(tmp_path: Path) -> None:
+    res = _run(tmp_path, "flash", "v2", DSV4_LAB_HOST_NO_OP_STUBS="1")
+    assert res.returncode != 0
+    assert "'_OpNamespace' '_C' object has no attribute" in res.stderr, res.stderr[-3000:]
