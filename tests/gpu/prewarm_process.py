@@ -71,6 +71,15 @@ def run(
     summary["warmup_line"] = next(
         (x for x in res.stderr.splitlines() if "INFO" in x and "JIT kernel warmup:" in x), None
     )
+    # DSV4_PREWARM_TIMINGS=1: each kernel's compile seconds (the runner's stderr line).
+    summary["timings"] = next(
+        (
+            json.loads(x[len("timings: ") :])
+            for x in res.stderr.splitlines()
+            if x.startswith("timings: ")
+        ),
+        None,
+    )
     summary["skipped"] = [
         line for line in res.stderr.splitlines() if line.startswith("lab: skipped")
     ]
@@ -90,6 +99,7 @@ def record(name: str, summary: dict[str, Any]) -> None:
             "new_entries",
             "skipped",
             "warmup_line",
+            "timings",
             "deployment",
         )
     }

@@ -7,8 +7,8 @@ Compiles are counted twice, independently: by the command's own summary
 (Triton's ``knobs.compilation.listener`` ``cache_hit``, TileLang's
 ``JITKernel(from_database=...)``) and by the entries the caches gain on disk
 (a disk-cache hit adds none). Positive control: a third process with a
-smaller ``--max-num-batched-tokens`` has keys the caches lack, and both counts
-see them compile.
+shorter ``--max-model-len`` has compile keys the caches lack, and both counts
+see exactly those compile.
 
 The tree is ``DSV4_V033_PATCHED_TREE`` or ``DSV4_VLLM_TREE`` (it must have
 ``vllm warmup-kernels``); run with ``pytest -m gpu``.
@@ -69,8 +69,20 @@ def test_second_process_finds_every_key_in_the_disk_caches(tmp_path: Path) -> No
         built = first["compiled"].get(backend, 0) + first["loaded_from_cache"].get(backend, 0)
         assert second["loaded_from_cache"].get(backend, 0) == built, backend
 
-    # Positive control: a deployment with a smaller token budget has new keys.
-    control = prewarm_process.run(tree, caches, _flags(tmp_path, max_num_batched_tokens=2048))
-    prewarm_process.record("flash-2048-after-8192", control)
-    assert control["compiled"].get("triton", 0) > 0, control
+    # Positive control: a shorter max_model_len has compile keys the caches
+    # lack (C128A's and the global top-k kernel's); exactly those compile.
+    control = prewarm_process.run(tree, caches, _flags(tmp_path, max_model_len=4096))
+    prewarm_process.record("flash-len4096-after-65536", control)
+    fresh = _triton_keys(control) - _triton_keys(first)
+    assert fresh, "the control configuration has no new Triton compile key"
+    assert control["compiled"] == {"triton": len(fresh)}, (control["compiled"], fresh)
     assert control["new_entries"]["triton"] > 0, control
+
+
+def _triton_keys(summary: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (kernel["name"], key)
+        for kernel in summary["kernels"]
+        if kernel["backend"] == "triton"
+        for key in kernel["keys"]
+    }
