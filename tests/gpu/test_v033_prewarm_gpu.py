@@ -70,12 +70,15 @@ def test_second_process_finds_every_key_in_the_disk_caches(tmp_path: Path) -> No
         assert second["loaded_from_cache"].get(backend, 0) == built, backend
 
     # Positive control: a shorter max_model_len has compile keys the caches
-    # lack (C128A's and the global top-k kernel's); exactly those compile.
+    # lack (C128A's and the global top-k kernel's); those compile, and nothing
+    # else (two compile keys may share one binary: at most one per key).
     control = prewarm_process.run(tree, caches, _flags(tmp_path, max_model_len=4096))
     prewarm_process.record("flash-len4096-after-65536", control)
     fresh = _triton_keys(control) - _triton_keys(first)
     assert fresh, "the control configuration has no new Triton compile key"
-    assert control["compiled"] == {"triton": len(fresh)}, (control["compiled"], fresh)
+    assert set(control["compiled"]) == {"triton"}, control["compiled"]
+    assert 0 < control["compiled"]["triton"] <= len(fresh), (control["compiled"], fresh)
+    assert control["new_entries"] == {"triton": control["new_entries"]["triton"], "tilelang": 0}
     assert control["new_entries"]["triton"] > 0, control
 
 
