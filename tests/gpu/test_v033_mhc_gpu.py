@@ -6,7 +6,8 @@ collects (the target model built inside an active registry, as both runners'
 ``load_model`` is), the DeepSeek V4 CUDA forward passes -- target and MTP draft,
 real model code with attention and MoE stubbed -- compile nothing at any token
 count up to max_num_batched_tokens. A fresh key compiles in the same test (the
-counter works). vLLM's own mHC tests (TileLang against torch references) pass.
+counter works). vLLM's own mHC tests (TileLang against torch references)
+fail nothing on the patched tree that they do not fail on the pristine one.
 
 Needs the tree's pinned TileLang (0.1.12) on the GPU machine; without DeepGEMM
 there, its split-k pre-norm GEMM runs as a torch stand-in (the TileLang keys it
@@ -83,17 +84,37 @@ def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) ->
             assert compiled == ["mhc_post_tilelang"], compiled
 
 
-def test_vllm_mhc_tests_pass() -> None:
-    """vLLM's tests/kernels/mhc/ (TileLang kernels against torch references,
-    dispatch and compile-only warmup, the new every-token-count key test)."""
-    _need_cuda()
-    tree = _tree()
+def _failing(tree: Path) -> tuple[set[str], str]:
+    """Test ids of vLLM's ``tests/kernels/mhc/`` that fail or error on ``tree``."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--noconftest", "-q", "-rf", "-p", "no:cacheprovider"]
+        [sys.executable, "-m", "pytest", "--noconftest", "-q", "-rfE", "-p", "no:cacheprovider"]
         + [str(tree / "tests/kernels/mhc")],
         cwd=tree,
         capture_output=True,
         text=True,
         timeout=1800,
+        env=dict(os.environ, PYTHONPATH=str(tree)),
     )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    ids = {
+        line.split()[1]
+        for line in result.stdout.splitlines()
+        if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1
+    }
+    assert ids or result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    return ids, result.stdout[-200:]
+
+
+def test_vllm_mhc_tests_fail_nothing_pristine_passes() -> None:
+    """vLLM's tests/kernels/mhc/ (TileLang kernels against torch references,
+    dispatch and compile-only warmup, the series' every-token-count key test):
+    whatever fails on the patched tree fails on the pristine one too (the lab
+    fails some on both: its ``vllm._C`` stub, no vLLM conftest).
+    ``DSV4_V033_PRISTINE_TREE`` names the pristine tree."""
+    _need_cuda()
+    pristine = os.environ.get("DSV4_V033_PRISTINE_TREE")
+    if not pristine:
+        pytest.skip("DSV4_V033_PRISTINE_TREE is not set")
+    patched, summary = _failing(_tree())
+    baseline, _ = _failing(Path(pristine))
+    print(f"patched: {summary.strip()}; fails on both: {len(patched & baseline)}")
+    assert patched <= baseline, sorted(patched - baseline)
