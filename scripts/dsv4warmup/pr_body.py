@@ -520,6 +520,17 @@ def _row_text(line: str) -> str:
     return " | ".join(c.strip() for c in line.strip().strip("|").split("|"))
 
 
+# "#15" in docs/gpu-results.md is this project's issue; on GitHub it would link
+# to vllm-project/vllm#15. Upstream references are written owner/repo#N.
+_PROJECT_REF = re.compile(r"(?<![\w/#&])#(\d{1,4})(?!\d)")
+
+
+def without_project_refs(text: str) -> str:
+    """``text`` with this project's issue references (``#15``) spelled out, so
+    GitHub does not link them to vLLM's issues of the same number."""
+    return _PROJECT_REF.sub(r"dsv4-warmup issue \1", text)
+
+
 def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
     head = "#" * level
     out = ["| check | result |", "|---|---|"]
@@ -577,7 +588,7 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
                 "**Not yet shown** that outputs are unchanged on valid input: measure it (and a "
                 "model evaluation) before opening."
             )
-    return "\n".join(out).rstrip()
+    return without_project_refs("\n".join(out).rstrip())
 
 
 def purpose_block(b: BodyInput) -> str:

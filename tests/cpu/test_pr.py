@@ -813,6 +813,27 @@ def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     assert old is not None and not old.own_rows  # 0.33.0 figures are not 0.26.0's
 
 
+def test_figures_do_not_link_this_projects_issues_to_vllms() -> None:
+    """ "#15" in the results is this project's issue: in an upstream body it would
+    link to vllm-project/vllm#15. Upstream references and headings stay."""
+    text = (
+        "| mHC | passed: both claims of #15 hold; cost is #18's (see #4, #1234) |\n"
+        "#### heading, vllm-project/vllm#48805, sgl-project/sglang#30255, &#35;"
+    )
+    out = pr_body.without_project_refs(text)
+    for n in ("15", "18", "4", "1234"):
+        assert f"dsv4-warmup issue {n}" in out
+    assert not re.search(r"(?<![\w/#&])#\d", out), out
+    assert "#### heading" in out and "vllm-project/vllm#48805" in out
+    assert "sgl-project/sglang#30255" in out and "&#35;" in out
+    body = pr_body.BodyInput(
+        "0.33.0", "t", "b", "s", ["0005"], [], [], "", set(), [], [], [], "J <j@x>", ""
+    )
+    rows = ["| run | result |", "|---|---|", "| mHC | both claims of #15 hold |"]
+    block = pr_body.result_block(body, pr_body.Measured("r.md", "0.33.0", [], [], [], rows))
+    assert "both claims of dsv4-warmup issue 15 hold" in block
+
+
 def test_fill_template_without_the_sections() -> None:
     filled = pr_body.fill_template(
         "intro\n\n---\nfooter\n", {"Purpose": "P", "Test Plan": "T", "Test Result": "R"}
