@@ -56,7 +56,10 @@ def test_runner_gets_the_command_through_on_the_lab(
 ) -> None:
     res = _run(tmp_path, variant, runner)
     assert res.returncode == 0, res.stderr[-4000:]
-    assert "lab: stand-ins for ('cutlass', 'cuda', 'quack', 'flashinfer')" in res.stderr
+    # What the lab lacks (the lab has cuda.bindings; this machine has not).
+    stood_in = next(x for x in res.stderr.splitlines() if x.startswith("lab: stand-ins for "))
+    for package in ("cutlass", "quack", "flashinfer", "vllm.vllm_flash_attn.cute"):
+        assert f"'{package}'" in stood_in, stood_in
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["dry_run"] is True and summary["num_keys"] > 0
     assert SERIES_KERNELS <= {k["name"] for k in summary["kernels"]}

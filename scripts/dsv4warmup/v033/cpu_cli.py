@@ -62,8 +62,16 @@ _OP_NAMESPACES = (
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(
+        self,
+        roots: tuple[str, ...] = _STAND_IN_ROOTS,
+        prefixes: tuple[str, ...] = _STAND_IN_PREFIXES,
+    ) -> None:
+        self.roots = roots
+        self.prefixes = prefixes
+
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name.split(".")[0] in _STAND_IN_ROOTS or name.startswith(_STAND_IN_PREFIXES):
+        if name.split(".")[0] in self.roots or name.startswith(self.prefixes):
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -131,8 +139,22 @@ def _permissive_op_namespaces() -> None:
 _installed = False
 
 
-def install(gpu: platform.Gpu = platform.H200) -> None:
-    """Make this process import and build a 0.33.0 tree's models as on ``gpu``."""
+def install(
+    gpu: platform.Gpu = platform.H200,
+    stand_ins: tuple[str, ...] | None = None,
+    permissive_ops: bool = True,
+) -> None:
+    """Make this process import and build a 0.33.0 tree's models as on ``gpu``.
+
+    Args:
+        gpu: The GPU the platform answers as.
+        stand_ins: Root packages to stand in for (default: every package a
+            CUDA install brings that this machine lacks, and vLLM's
+            FlashAttention CuTe sources); ``("tilelang",)`` leaves missing what
+            the GPU lab lacks (:mod:`.lab_host`).
+        permissive_ops: Resolve compiled ops the stub library lacks to
+            stand-ins (off: a lookup of one fails, as on the lab).
+    """
     global _installed
     if _installed:
         return
@@ -141,14 +163,18 @@ def install(gpu: platform.Gpu = platform.H200) -> None:
     type(current).is_pin_memory_available = classmethod(lambda cls: False)  # type: ignore[method-assign,assignment]
     with contextlib.suppress(ImportError):
         import tvm_ffi  # noqa: F401  caches "no cuda.bindings" before the stand-ins
-    sys.meta_path.insert(0, _StandInFinder())
+    if stand_ins is None:
+        sys.meta_path.insert(0, _StandInFinder())
+    else:
+        sys.meta_path.insert(0, _StandInFinder(stand_ins, ()))
     import torch
 
     torch.cuda.Stream = _NoStream  # type: ignore[misc,assignment]
     torch.cuda.Event = _NoStream  # type: ignore[misc,assignment]
     torch.cuda.get_device_properties = lambda device=None: _device_properties(gpu)  # type: ignore[assignment]
     torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
-    _permissive_op_namespaces()
+    if permissive_ops:
+        _permissive_op_namespaces()
     _installed = True
 
 

@@ -36,21 +36,8 @@ def _no_op_stubs() -> Iterator[None]:
 def main(argv: list[str]) -> None:
     model, variant, *runner_flags = argv
     cfg = {"flash": FLASH, "pro": PRO}[variant]
-    gpu = platform.H200
-    current = platform.install(gpu)
-    type(current).is_pin_memory_available = classmethod(lambda cls: False)  # type: ignore[method-assign,assignment]
-    with contextlib.suppress(ImportError):
-        import tvm_ffi  # noqa: F401  caches "no cuda.bindings", as on the lab
-    finder = cpu_cli._StandInFinder()
-    finder_roots = ("tilelang",)
-    cpu_cli._STAND_IN_ROOTS = finder_roots  # type: ignore[misc]
-    sys.meta_path.insert(0, finder)
-    import torch
-
-    torch.cuda.Stream = cpu_cli._NoStream  # type: ignore[misc,assignment]
-    torch.cuda.Event = cpu_cli._NoStream  # type: ignore[misc,assignment]
-    torch.cuda.get_device_properties = lambda device=None: cpu_cli._device_properties(gpu)  # type: ignore[assignment]
-    torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
+    # The lab has TileLang (missing here); what it lacks stays missing.
+    cpu_cli.install(platform.H200, stand_ins=("tilelang",), permissive_ops=False)
     if os.environ.get("DSV4_LAB_HOST_NO_OP_STUBS") == "1":
         meta_models._stub_compiled_ops = _no_op_stubs  # type: ignore[assignment]
     root = Path(model)
