@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from dsv4warmup.gpu.prewarm_runner import TIMINGS_PREFIX  # noqa: E402
+from dsv4warmup.gpu.prewarm_runner import TIMINGS_PREFIX, timings_from  # noqa: E402
 
 FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other")
 _SPARSE_MLA = {"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"}
@@ -90,11 +90,9 @@ def run_once(tree: Path, flags: list[str], caches: Path, runner: str) -> dict[st
     if res.returncode != 0:
         sys.exit(f"error: vllm warmup-kernels exited {res.returncode}:\n{res.stderr[-4000:]}")
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    timings = next(
-        json.loads(line[len(TIMINGS_PREFIX) :])
-        for line in reversed(res.stderr.splitlines())
-        if line.startswith(TIMINGS_PREFIX)
-    )
+    timings = timings_from(res.stderr)
+    if timings is None:
+        sys.exit(f"error: no {TIMINGS_PREFIX!r} line from the runner:\n{res.stderr[-4000:]}")
     return {
         "wall_s": wall,
         "warmup_s": summary["seconds"],

@@ -53,11 +53,10 @@ def pristine_tree(base: str) -> Path:
     return _generated(f"vllm-{base}-pristine", base, patched=False)
 
 
-def json_from_tree(tree: Path, *python_args: str, toolchain: list[Path] | None = None) -> Any:
-    """``python *python_args`` in a fresh interpreter that imports ``tree``'s
-    vLLM (and this package): its last stdout line, parsed as JSON. Two trees
-    cannot share one process. ``toolchain``: folders put first on
-    ``PYTHONPATH`` instead of the tree's base's (``toolchains``)."""
+def python_env(tree: Path, toolchain: list[Path] | None = None) -> dict[str, str]:
+    """Environment of an interpreter that imports ``tree``'s vLLM (and this
+    package). ``toolchain``: folders put first on ``PYTHONPATH`` instead of the
+    tree's base's (``toolchains``)."""
     env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
     # vLLM caches model inspection per model class, hashed over the model's
     # package: pristine and patched trees would evict each other's entries.
@@ -67,6 +66,15 @@ def json_from_tree(tree: Path, *python_args: str, toolchain: list[Path] | None =
         toolchain = toolchains.extra_python_path(version.split("+")[0])
     extra = [str(p) for p in toolchain]
     env["PYTHONPATH"] = os.pathsep.join([*extra, str(tree), str(REPO / "scripts")])
+    return env
+
+
+def json_from_tree(tree: Path, *python_args: str, toolchain: list[Path] | None = None) -> Any:
+    """``python *python_args`` in a fresh interpreter that imports ``tree``'s
+    vLLM (and this package): its last stdout line, parsed as JSON. Two trees
+    cannot share one process. ``toolchain``: folders put first on
+    ``PYTHONPATH`` instead of the tree's base's (``toolchains``)."""
+    env = python_env(tree, toolchain)
     res = subprocess.run([sys.executable, *python_args], capture_output=True, text=True, env=env)
     if res.returncode != 0:
         what = " ".join(python_args)[:60]

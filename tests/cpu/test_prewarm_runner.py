@@ -11,14 +11,13 @@ sampler); the control without the runner's op stubs must stop the same way.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from dsv4warmup import toolchains, trees
-from dsv4warmup.paths import PATCHES, REPO
+from dsv4warmup import trees
+from dsv4warmup.paths import PATCHES
 
 SERIES_KERNELS = {
     "BuildC128ATopkMetadataKernel",
@@ -32,16 +31,13 @@ def _run(tmp_path: Path, variant: str, runner: str, **env: str) -> subprocess.Co
     if not (PATCHES / "v0.33.0").is_dir():
         pytest.skip("no 0.33.0 series")
     tree = trees.patched_tree("0.33.0")
-    path = [*toolchains.extra_python_path("0.33.0"), tree, REPO / "scripts"]
     return subprocess.run(
         [sys.executable, "-m", "dsv4warmup.v033.lab_host", str(tmp_path / "model"), variant]
         + ["--dry-run", "--json"],
         capture_output=True,
         text=True,
         env=dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join(map(str, path)),
-            VLLM_CACHE_ROOT=str(tree.parent / f"{tree.name}.vllm-cache"),
+            trees.python_env(tree),
             DSV4_CPU_HOSTED_GPU_COUNT="1",
             VLLM_USE_V2_MODEL_RUNNER="1" if runner == "v2" else "0",
             **env,

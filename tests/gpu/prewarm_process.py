@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dsv4warmup.gpu.prewarm_runner import timings_from
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 3600  # cold TileLang compiles of the mHC kernels take minutes
 
@@ -72,14 +74,7 @@ def run(
         (x for x in res.stderr.splitlines() if "INFO" in x and "JIT kernel warmup:" in x), None
     )
     # DSV4_PREWARM_TIMINGS=1: each kernel's compile seconds (the runner's stderr line).
-    summary["timings"] = next(
-        (
-            json.loads(x[len("timings: ") :])
-            for x in res.stderr.splitlines()
-            if x.startswith("timings: ")
-        ),
-        None,
-    )
+    summary["timings"] = timings_from(res.stderr)
     summary["skipped"] = [
         line for line in res.stderr.splitlines() if line.startswith("lab: skipped")
     ]

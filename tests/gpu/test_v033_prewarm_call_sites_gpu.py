@@ -135,11 +135,13 @@ def _serve_spec_decode(cfg: Any, runner: str) -> None:
 def _serve_mhc(cfg: Any, runner: str) -> None:
     import torch
     from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
-    from dsv4warmup.v033 import engine, mhc, spec_decode
 
     # The deployment the pre-warm saw: DeepGEMM decides the mHC split keys,
     # and a pre-warm process without it (the lab) warms the TileLang-GEMM ones.
-    with mhc.deep_gemm_env(_has_deep_gemm()), spec_decode._runner_env(runner):
+    from dsv4warmup.gpu.prewarm_runner import missing
+    from dsv4warmup.v033 import engine, mhc, spec_decode
+
+    with mhc.deep_gemm_env(not missing("deep_gemm")), spec_decode._runner_env(runner):
         vllm_config = engine.vllm_config(cfg, "machine")
         with mhc.on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (models, registry):
             registry.warmup()
@@ -147,12 +149,6 @@ def _serve_mhc(cfg: Any, runner: str) -> None:
                 for num_tokens in mhc.token_counts(vllm_config):
                     mhc.forward_all(models, num_tokens)
             torch.cuda.synchronize()
-
-
-def _has_deep_gemm() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("deep_gemm") is not None
 
 
 @pytest.mark.parametrize("group", GROUPS)

@@ -8,7 +8,7 @@ Compiles are counted twice, independently: by the command's own summary
 ``JITKernel(from_database=...)``) and by the entries the caches gain on disk
 (a disk-cache hit adds none). Positive control: a third process with a
 shorter ``--max-model-len`` has compile keys the caches lack, and both counts
-see exactly those compile.
+see them compile: Triton only, at most one binary per fresh key.
 
 The tree is ``DSV4_V033_PATCHED_TREE`` or ``DSV4_VLLM_TREE`` (it must have
 ``vllm warmup-kernels``); run with ``pytest -m gpu``.

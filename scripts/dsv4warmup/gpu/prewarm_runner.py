@@ -38,7 +38,20 @@ _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_at
 _STAND_INS = contextlib.ExitStack()
 
 
-def _missing(name: str) -> bool:
+def timings_from(stderr: str) -> dict[str, dict[str, Any]] | None:
+    """The table of the (last) ``timings:`` line in a runner's stderr, if any."""
+    return next(
+        (
+            json.loads(line[len(TIMINGS_PREFIX) :])
+            for line in reversed(stderr.splitlines())
+            if line.startswith(TIMINGS_PREFIX)
+        ),
+        None,
+    )
+
+
+def missing(name: str) -> bool:
+    """Whether ``name`` is not importable here (what the runner stands in for)."""
     try:
         return importlib.util.find_spec(name) is None
     except (ImportError, ValueError):
@@ -48,18 +61,18 @@ def _missing(name: str) -> bool:
 def _stand_in_for_what_the_lab_lacks() -> tuple[str, ...]:
     from dsv4warmup.v033 import meta_models
 
-    missing = tuple(m for m in _STAND_IN_ROOTS if _missing(m))
-    if missing:
-        sys.meta_path.insert(0, meta_models._MockModuleFinder(missing))
-        print(f"lab: stand-ins for {missing}", file=sys.stderr)
+    lacking = tuple(m for m in _STAND_IN_ROOTS if missing(m))
+    if lacking:
+        sys.meta_path.insert(0, meta_models._MockModuleFinder(lacking))
+        print(f"lab: stand-ins for {lacking}", file=sys.stderr)
     # Compiled ops the lab's vllm._C lacks: stubs that raise if called (nothing
     # calls them while the model is only built); a real build keeps its own.
     _STAND_INS.enter_context(meta_models._stub_compiled_ops())
-    if _missing("deep_gemm"):
+    if missing("deep_gemm"):
         _STAND_INS.enter_context(
             mock.patch("vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm", lambda: True)
         )
-    return missing
+    return lacking
 
 
 def _time_compiles() -> None:
@@ -86,13 +99,13 @@ def _time_compiles() -> None:
 
 
 def main(argv: list[str]) -> None:
-    missing = _stand_in_for_what_the_lab_lacks()
+    lacking = _stand_in_for_what_the_lab_lacks()
     from vllm.entrypoints.cli.warmup_kernels import WarmupKernelsSubcommand
     from vllm.logger import configure_logging_from_args
     from vllm.model_executor.warmup.jit_warmup_cutedsl_helper import VllmCuTeDSLJitKernel
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    if "cutlass" in missing:
+    if "cutlass" in lacking:
 
         def skip(self: Any, keys: Any) -> None:
             keys = list(keys)
