@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,17 @@ def _is_v033(tree: Path) -> bool:
     return (declared_version(tree) or "").startswith("0.33.")
 
 
-def rows_for(cfg: ServingConfig, group: str | None = None) -> list[Row]:
-    """Audit the vLLM tree importable in this process (0.33.0: one kernel group)."""
+def rows_for(
+    cfg: ServingConfig,
+    group: str | None = None,
+    runner_fails: Callable[[str, BaseException], bool] | None = None,
+) -> list[Row]:
+    """Audit the vLLM tree importable in this process (0.33.0: one kernel
+    group; ``runner_fails`` as in :func:`dsv4warmup.v033.audit.rows_for`)."""
     if _is_v033(Path(os.environ.get("DSV4_VLLM_TREE", "."))):
         from .v033 import audit as v033_audit
 
-        return v033_audit.rows_for(cfg, None if group is None else (group,))
+        return v033_audit.rows_for(cfg, None if group is None else (group,), runner_fails)
     rows: list[Row] = []
     for group in GROUPS:
         mod: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
@@ -163,7 +169,14 @@ def _v033_point(tree: Path, arg: str) -> dict[str, Any]:
             return res
     rows = [Row(**r) for res in results for r in res["rows"]]
     rows.sort(key=lambda r: (not r.runner.endswith("(default)"), r.runner))
-    return {"config": results[0]["config"], "rows": [r.as_dict() for r in rows]}
+    config = dict(results[0]["config"])
+    failures = {
+        k: v for res in results for k, v in res["config"].get("runner_failures", {}).items()
+    }
+    if failures:  # a runner that fails at start-up: none of its rows, from any group
+        config["runner_failures"] = failures
+        rows = [r for r in rows if r.runner not in failures]
+    return {"config": config, "rows": [r.as_dict() for r in rows]}
 
 
 def cli(
@@ -251,6 +264,11 @@ def _cli_serve_args(
     for name, tree in trees_by_name:
         print(format_table(f"{name} vLLM {base} ({tree}):", tables[name]))
         print()
+    for runner, why in out["config"].get("runner_failures", {}).items():
+        print(
+            f"note: vLLM {base}'s {runner} model runner: {why}; audited the runner "
+            "vllm serve starts with\n"
+        )
     if out["config"].get("enable_jit_warmup") is False:
         print(
             f"note: vLLM {base} turns its JIT warmup off for this configuration "

@@ -30,9 +30,11 @@ Dimensions (bounded by what vLLM accepts, not by a sample):
   list ``--cuda-graph-sizes``-style via ``--compilation-config``;
 * GPU h100 / h200 / b200; DeepGEMM on / off.
 
-Not drawn: decode context parallelism (``-dcp``): the call-site drivers do not
-model its sharded KV layout yet (see docs); an audit of such a command line
-says so instead of auditing something else.
+Not drawn: decode context parallelism (``-dcp`` > 1). vLLM refuses it for
+DeepSeek V4 on every supported base: its KV-cache planner asserts
+``DCP not support sliding window.`` on the model's sliding-window cache spec
+(:func:`_kv_cache_memory_check`, on the layers' own specs), so such a command
+line is a refusal, tested as one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -253,8 +256,21 @@ _FLAG_WORDS = (
 )
 
 
+# vLLM's own abbreviations in messages (``DCP not support ...``,
+# ``tp_size=2 must be divisible by dcp_size=3``): the flag they blame
+# (0.25.1 spells the latter "divisible bydcp_size=3": no word boundary)
+_FLAG_ABBREVIATIONS = {
+    r"\bDCP\b": "--decode-context-parallel-size",
+    r"dcp_size\b": "--decode-context-parallel-size",
+    r"\bkv-cache\b": "--kv-cache-dtype",  # "only supports fp8 kv-cache, got auto"
+}
+
+
 def _guess_flag(message: str) -> ConfigError:
     text = " ".join(message.split())
+    for pattern, flag in _FLAG_ABBREVIATIONS.items():
+        if re.search(pattern, text):
+            return ConfigError(flag, text)
     for word in _FLAG_WORDS:
         if word in text or word.replace("_", "-") in text:
             flag = "--speculative-config" if word == "num_speculative_tokens" else _flag(word)
@@ -323,16 +339,16 @@ def resolve(point: Point) -> Resolved:
     fields = {f for f in EngineArgs.__dataclass_fields__}
     kwargs.update({k: v for k, v in given.items() if k in fields})
     try:
-        vllm_config = EngineArgs(**kwargs).create_engine_config()
+        vllm_config = engine.create_engine_config(EngineArgs(**kwargs))
     except Exception as e:  # vLLM's refusal: ValueError, pydantic ValidationError, ...
         raise _engine_error(e) from None
-    _worker_block_size(vllm_config)
-    if vllm_config.parallel_config.decode_context_parallel_size > 1:
+    spec = vllm_config.speculative_config
+    if spec is not None and spec.method not in ("mtp", "deepseek_mtp"):
         raise ConfigError(
-            "--decode-context-parallel-size",
-            "vLLM accepts it, but the audit's call-site drivers do not model DCP's "
-            "sharded KV layout yet; audit with -dcp 1",
+            "--speculative-config",
+            f"method {spec.method!r}: the audit covers DeepSeek V4's own MTP drafter ('mtp') only",
         )
+    _worker_block_size(vllm_config)
     return Resolved(
         _serving_config(vllm_config, base), _config_dict(vllm_config, point), vllm_config
     )
@@ -355,15 +371,45 @@ def _worker_block_size(vc: Any) -> None:
             sparse_mla.build_attention_layers(vc, indices)
             current_platform.update_block_size_for_backend(vc)
             vc.validate_block_size()
-            backends = current_platform._find_non_ssm_backends(vc)
+            find_backends = getattr(type(current_platform), "_find_non_ssm_backends", None)
+            backends = find_backends(vc) if find_backends is not None else None
+            _kv_cache_memory_check(vc)
+    except ConfigError:
+        raise
     except Exception as e:
-        raise _engine_error(e) from None
+        refusal = _engine_error(e)
+        raise ConfigError(
+            refusal.flag,
+            f"{refusal.message} (vLLM's worker, setting up the model's attention layers; "
+            "vllm serve fails on it at start-up)",
+        ) from None
+    if backends is None:  # 0.26.0 / 0.25.1: checked per KV cache group
+        _legacy_kernel_block_size(vc.cache_config.block_size)
+        return
     from vllm.v1.worker.utils import select_common_block_size
 
     try:  # the attention backends' kernel block sizes (as the worker checks them)
         select_common_block_size(vc.cache_config.block_size, backends)
     except ValueError as e:
         raise ConfigError("--block-size", f"{e} (vllm serve fails on it at start-up)") from None
+
+
+def _kv_cache_memory_check(vc: Any) -> None:
+    """The engine core's KV-cache planner asks every layer's KV cache spec for
+    its largest footprint (``max_memory_usage_bytes``) before allocating; the
+    specs refuse what they cannot hold, e.g. DeepSeek V4's sliding-window cache
+    under decode context parallelism (``DCP not support sliding window.``)."""
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    for spec in get_kv_cache_spec(vc).values():
+        try:
+            spec.max_memory_usage_bytes(vc)
+        except Exception as e:
+            refusal = _engine_error(e)
+            raise ConfigError(
+                refusal.flag,
+                f"{refusal.message} (vLLM's KV-cache planner; vllm serve fails on it at start-up)",
+            ) from None
 
 
 def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:
@@ -407,7 +453,7 @@ def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
         "decode_context_parallel_size": vc.parallel_config.decode_context_parallel_size,
         "enforce_eager": vc.model_config.enforce_eager,
         # vLLM turns its JIT warmup off under --enforce-eager (VllmConfig.__post_init__)
-        "enable_jit_warmup": bool(vc.kernel_config.enable_jit_warmup),
+        "enable_jit_warmup": bool(getattr(vc.kernel_config, "enable_jit_warmup", True)),
         "cudagraph_mode": str(cc.cudagraph_mode),
         "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes or []),
         "use_v2_model_runner": bool(getattr(vc, "use_v2_model_runner", True)),
@@ -426,87 +472,21 @@ def _is_v033() -> bool:
 
 
 def resolve_legacy(point: Point) -> Resolved:
-    """0.26.0 / 0.25.1: the command line parsed by the tree's own parser and
-    checked by the tree's own config classes (``SchedulerConfig``,
-    ``CacheConfig``: vLLM's messages); a whole ``EngineArgs`` does not build
-    on CPU there. Flags not given keep the report's deployment (``FLASH``),
-    and the "config" object says so."""
-    from dsv4warmup.v033 import platform
-
-    platform.install(platform.GPUS[point.gpu])  # the parser's device default
+    """0.26.0 / 0.25.1: :func:`resolve` (the same path: the tree's parser and
+    ``EngineArgs`` in ``vllm serve``'s usage context, its worker's layer
+    construction, block-size and KV-planner checks, on the checkpoint-style
+    ``config.json`` those releases read), then the CUDA-graph capture sizes
+    the legacy drivers take: none under ``--enforce-eager``, the list given on
+    the command line, else vLLM's default rule (``serving.capture_sizes``)."""
+    res = resolve(point)
     given = _given_flags(point.argv)
-    base = MODELS[point.model].replace(sm_count=SM_COUNT[point.gpu], deep_gemm=point.deep_gemm)
-    changes: dict[str, Any] = {
-        k: given[k]
-        for k in (
-            "max_model_len",
-            "max_num_batched_tokens",
-            "max_num_seqs",
-            "block_size",
-            "kv_cache_dtype",
-            "tensor_parallel_size",
-        )
-        if k in given and given[k] is not None
-    }
-    cfg = base.replace(**changes)
-    if not 1 <= cfg.max_model_len <= MAX_MODEL_LEN:
-        raise ConfigError(
-            "--max-model-len",
-            f"must be in 1 … {MAX_MODEL_LEN} (DeepSeek V4's "
-            f"max_position_embeddings), got {cfg.max_model_len}",
-        )
-    from vllm.config.cache import CacheConfig
-    from vllm.config.scheduler import SchedulerConfig
-
-    try:
-        SchedulerConfig(
-            max_model_len=cfg.max_model_len,
-            is_encoder_decoder=False,
-            max_num_batched_tokens=cfg.max_num_batched_tokens,
-            max_num_seqs=cfg.max_num_seqs,
-        )
-        CacheConfig(block_size=cfg.block_size)
-    except Exception as e:
-        raise _engine_error(e) from None
-    _legacy_kernel_block_size(cfg.block_size)
-    spec = given.get("speculative_config")
-    if spec is not None:
-        spec = dict(spec) if isinstance(spec, dict) else vars(spec)
-        method = spec.get("method")
-        k = spec.get("num_speculative_tokens")
-        if method not in ("mtp", "deepseek_mtp"):
-            raise ConfigError(
-                "--speculative-config",
-                f"method {method!r}: the audit covers DeepSeek V4's own MTP drafter ('mtp') only",
-            )
-        if not isinstance(k, int) or k < 1:
-            raise ConfigError(
-                "--speculative-config", f"num_speculative_tokens must be an int ≥ 1, got {k!r}"
-            )
-        cfg = cfg.replace(speculative_method="mtp", num_speculative_tokens=k)
     cc = given.get("compilation_config")
     sizes = getattr(cc, "cudagraph_capture_sizes", None) if cc is not None else None
     if given.get("enforce_eager"):
         sizes = []
-    if sizes is not None:
-        cfg = cfg.replace(cudagraph_capture_sizes=tuple(sizes))
-    config = {
-        "max_model_len": cfg.max_model_len,
-        "max_num_batched_tokens": cfg.max_num_batched_tokens,
-        "max_num_seqs": cfg.max_num_seqs,
-        "block_size": cfg.block_size,
-        "kv_cache_dtype": cfg.kv_cache_dtype,
-        "speculative_method": cfg.speculative_method if cfg.num_speculative_tokens else None,
-        "num_speculative_tokens": cfg.num_speculative_tokens,
-        "tensor_parallel_size": cfg.tensor_parallel_size,
-        "cudagraph_capture_sizes": list(cfg.capture_sizes),
-        "gpu": point.gpu,
-        "sm_count": SM_COUNT[point.gpu],
-        "deep_gemm": point.deep_gemm,
-        "serve_args": list(point.argv),
-        "defaults": "flags not given: the report's deployment (serving.FLASH / PRO)",
-    }
-    return Resolved(cfg, config)
+    cfg = res.cfg.replace(cudagraph_capture_sizes=None if sizes is None else tuple(sizes))
+    config = dict(res.config, cudagraph_capture_sizes=list(cfg.capture_sizes))
+    return Resolved(cfg, config, res.vllm_config)
 
 
 # Boundaries of the key derivations, audited before any drawn point (one
@@ -518,25 +498,28 @@ def serve(args: str, **facts: Any) -> Point:
 
 
 MTP = '{"method":"mtp","num_speculative_tokens":%d}'
+# DeepSeek's serving recipe; 0.26.0 / 0.25.1 refuse the default (auto) on the
+# FlashMLA layout (0.33.0 maps auto to it), so boundaries valid on every base
+FP8 = "--kv-cache-dtype fp8"
 BOUNDARIES: tuple[Point, ...] = (
     # smallest context: one token, one request, one-token budget
-    serve("--max-model-len 1 --max-num-seqs 1 --max-num-batched-tokens 1"),
+    serve(f"--max-model-len 1 --max-num-seqs 1 --max-num-batched-tokens 1 {FP8}"),
     # eager mode (no CUDA graphs; 0.33.0 also turns its JIT warmup off)
-    serve(f"--max-model-len 512 --max-num-seqs 2 --enforce-eager -sc '{MTP % 3}'"),
+    serve(f"--max-model-len 512 --max-num-seqs 2 --enforce-eager -sc '{MTP % 3}' {FP8}"),
     # context < C4A ratio and < window, MTP k=4, tiny budget, B200, no DeepGEMM
     serve(
-        f"--max-model-len 3 --max-num-seqs 2 --max-num-batched-tokens 5 -sc '{MTP % 4}'",
+        f"--max-model-len 3 --max-num-seqs 2 --max-num-batched-tokens 5 -sc '{MTP % 4}' {FP8}",
         gpu="b200",
         deep_gemm=False,
     ),
     # one past the sliding window, Pro, MTP k=1, three requests
-    serve(f"--max-model-len 129 --max-num-seqs 3 -sc '{MTP % 1}'", model="pro"),
+    serve(f"--max-model-len 129 --max-num-seqs 3 -sc '{MTP % 1}' {FP8}", model="pro"),
     # B200 (148 SMs) with DeepGEMM, no MTP, Pro, default budget (2048)
-    serve("--max-model-len 4096 --max-num-seqs 16 -tp 8", gpu="b200", model="pro"),
+    serve(f"--max-model-len 4096 --max-num-seqs 16 -tp 8 {FP8}", gpu="b200", model="pro"),
     # a single 256-token block, budget below one prefill chunk, odd capture sizes
     serve(
         "--max-model-len 256 --max-num-batched-tokens 100 --max-num-seqs 7 "
-        f"""-cc '{{"cudagraph_capture_sizes":[1,3,7]}}' -sc '{MTP % 2}'""",
+        f"""-cc '{{"cudagraph_capture_sizes":[1,3,7]}}' -sc '{MTP % 2}' {FP8}""",
         gpu="h100",
     ),
 )
@@ -547,7 +530,9 @@ def vllm_failure(exc: BaseException, point: Point) -> ConfigError | None:
     vLLM's start-up steps (KV-cache planning, attention-backend set-up) on a
     configuration ``create_engine_config`` accepted: vLLM fails on it the same
     way at ``vllm serve`` start-up, so it is vLLM's refusal, not a coverage
-    result. ``None`` when the innermost frame is not vLLM's (a driver bug)."""
+    result. ``None`` when the innermost frame outside the standard library and
+    site-packages is not vLLM's (a driver bug)."""
+    import sysconfig
     import traceback
 
     tree = os.environ.get("DSV4_VLLM_TREE")
@@ -555,11 +540,19 @@ def vllm_failure(exc: BaseException, point: Point) -> ConfigError | None:
     if not tree or not frames:
         return None
     root = str(Path(tree).resolve())
-    last = frames[-1]
-    if not str(Path(last.filename).resolve()).startswith(root):
+    # libraries vLLM calls (pydantic validating a vLLM config, torch) raise
+    # for vLLM: the innermost frame outside them decides whose failure it is
+    libraries = tuple(
+        str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "purelib", "platlib")
+    )
+    own = [f for f in frames if not str(Path(f.filename).resolve()).startswith(libraries)]
+    if not own or not str(Path(own[-1].filename).resolve()).startswith(root):
         return None
+    last = own[-1]
     where = f"{os.path.relpath(last.filename, root)}:{last.lineno}"
-    flag = "--block-size" if "--block-size" in point.argv else ""
+    flag = _engine_error(exc).flag
+    if not flag and isinstance(exc, ZeroDivisionError) and "--block-size" in point.argv:
+        flag = "--block-size"  # the KV-cache planner divides by the block size
     return ConfigError(
         flag,
         f"vLLM's own start-up code fails for this configuration "
@@ -572,8 +565,17 @@ def _rows(res: Resolved, point: Point, group: str | None = None) -> list[Any]:
 
     if _is_v033():
         engine_pin(res)
+
+    def runner_fails(runner: str, exc: BaseException) -> bool:
+        # a runner other than the one vllm serve picks, failing inside vLLM:
+        # a deployment cannot select it, so it has no keys to cover
+        refusal = vllm_failure(exc, point)
+        if refusal is not None:
+            res.config.setdefault("runner_failures", {})[runner] = refusal.message
+        return refusal is not None
+
     try:
-        return audit.rows_for(res.cfg, group)
+        return audit.rows_for(res.cfg, group, runner_fails)
     except Exception as e:
         refusal = vllm_failure(e, point)
         if refusal is None:
@@ -599,10 +601,12 @@ def sample(
     audited: list[dict[str, Any]] = []
     rejected: list[str] = []
     failed_at_startup: list[str] = []
+    current: list[Point] = []
 
     def check(point: Point) -> None:
         if time.monotonic() - start > deadline_s and audited:
             assume(False)  # budget spent: the rest of the run only rejects
+        current[:] = [point]
         try:
             res = resolve(point) if _is_v033() else resolve_legacy(point)
         except ConfigError as e:
@@ -653,6 +657,8 @@ def sample(
         import traceback
 
         out["error"] = f"{type(e).__name__}: {e}"
+        if current:  # the point being audited when it failed, to reproduce it
+            out["error"] += f"\n  at {current[0].describe()}"
         out["traceback"] = traceback.format_exc()[-3000:]
     return out
 

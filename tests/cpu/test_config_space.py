@@ -175,6 +175,10 @@ BAD_FLAGS: tuple[tuple[str, Any], ...] = (
     ("--hf-config-path /nonexistent", "--hf-config-path"),
     ("--model /nonexistent/DeepSeek-V4-Flash", "--model"),
     ("--no-such-flag 3", "--no-such-flag"),
+    # vLLM refuses DCP for DeepSeek V4 at start-up (its sliding-window KV cache)
+    ("-tp 4 -dcp 2", "--decode-context-parallel-size"),
+    ("-tp 2 -dcp 3", "--decode-context-parallel-size"),
+    ("--kv-cache-dtype bfloat16", "--kv-cache-dtype"),
 )
 
 
@@ -194,10 +198,15 @@ def config_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _bad_points(files: dict[str, str]) -> list[tuple[str, Any]]:
+    # each with DeepSeek's --kv-cache-dtype fp8, so that the bad value is the
+    # only one (0.26.0 / 0.25.1 refuse the default kv-cache dtype)
     return [
-        *BAD_FLAGS,
-        *((f"--hf-config-path {files[n]}", "--hf-config-path") for n in files),
-        (f"--model {files['llama']}", "--model"),
+        (args if "--kv-cache-dtype" in args else f"{args} --kv-cache-dtype fp8", flag)
+        for args, flag in (
+            *BAD_FLAGS,
+            *((f"--hf-config-path {files[n]}", "--hf-config-path") for n in files),
+            (f"--model {files['llama']}", "--model"),
+        )
     ]
 
 
@@ -205,8 +214,11 @@ def _bad_points(files: dict[str, str]) -> list[tuple[str, Any]]:
 def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -> None:
     """All refusals resolved in one interpreter of the pristine tree."""
     cases = _bad_points(config_files)
+    if base != "0.33.0":  # vLLM maps auto to fp8 for DeepSeek V4 only from 0.33.0 on
+        cases.append(("--kv-cache-dtype auto", "--kv-cache-dtype"))
     good = (
-        '--max-model-len 4096 --max-num-seqs 8 -sc \'{"method":"mtp","num_speculative_tokens":2}\''
+        "--max-model-len 4096 --max-num-seqs 8 --kv-cache-dtype fp8 "
+        '-sc \'{"method":"mtp","num_speculative_tokens":2}\''
     )
     arg = json.dumps([{"argv": shlex.split(a)} for a, _ in cases] + [{"argv": shlex.split(good)}])
     out = trees.json_from_tree(
@@ -216,12 +228,15 @@ def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -
     config = out.pop()["config"]
     assert (config["max_model_len"], config["max_num_seqs"]) == (4096, 8)
     assert (config["block_size"], config["num_speculative_tokens"]) == (256, 2)
-    assert config["max_num_batched_tokens"] >= 8 and config["serve_args"] == shlex.split(good)
+    # vllm serve's default budget on an H200 (its usage context), not EngineArgs' 2048
+    assert config["max_num_batched_tokens"] == 8192 and config["serve_args"] == shlex.split(good)
     for (args, flag), res in zip(cases, out, strict=True):
         assert "error" in res, (args, res.get("config"))
         flags = flag if isinstance(flag, tuple) else (flag,)
         assert res["flag"] in flags, (args, res["error"])
         assert "\n" not in res["error"] and res["error"].startswith(res["flag"] + ": ")
+    dcp = out[[a for a, _ in cases].index("-tp 4 -dcp 2 --kv-cache-dtype fp8")]["error"]
+    assert "DCP not support sliding window" in dcp and "planner" in dcp, dcp
 
 
 def test_make_audit_bad_value_exits_2_one_line() -> None:

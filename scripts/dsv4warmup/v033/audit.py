@@ -79,39 +79,61 @@ def _witness_sort_key(item: tuple[Any, str]) -> tuple[int, str]:
     return (len(item[1]), item[1])
 
 
-def rows_for(cfg: ServingConfig, groups: tuple[str, ...] | None = None) -> list[Row]:
-    """Rows for every (runner, kernel) of ``groups`` in the importable 0.33.0 tree."""
+def rows_for(
+    cfg: ServingConfig,
+    groups: tuple[str, ...] | None = None,
+    runner_fails: Callable[[str, BaseException], bool] | None = None,
+) -> list[Row]:
+    """Rows for every (runner, kernel) of ``groups`` in the importable 0.33.0 tree.
+
+    Args:
+        cfg: The serving configuration.
+        groups: Kernel groups (default: all).
+        runner_fails: Asked when auditing the non-default model runner raises;
+            True (vLLM's own start-up code fails for that runner, so a
+            deployment cannot use it) leaves that runner's rows out.
+    """
     vllm_config = engine.vllm_config(cfg, gpu_for(cfg))
     default = default_runner(vllm_config)
     groups_ = group_modules(groups or GROUPS)
     rows: list[Row] = []
     for runner in lifecycle.RUNNERS:
-        run = lifecycle.warmed_keys(
-            vllm_config,
-            runner,
-            [mod.register for _, mod in groups_],
-            [mod.record_compiles for _, mod in groups_ if hasattr(mod, "record_compiles")],
-            keep=_owned_by(groups_),
-        )
-        label = f"{runner} (default)" if runner == default else runner
-        for group, mod in groups_:
-            runtime = mod.runtime_keys(cfg, runner)
-            for kernel in mod.KERNELS:
-                rt = runtime.get(kernel, {})
-                wk = run.keys.get(kernel, set())
-                missing = sorted(
-                    ((k, w) for k, w in rt.items() if k not in wk), key=_witness_sort_key
+        try:
+            rows += _runner_rows(cfg, vllm_config, runner, default, groups_)
+        except Exception as e:
+            if runner == default or runner_fails is None or not runner_fails(runner, e):
+                raise
+    return rows
+
+
+def _runner_rows(
+    cfg: ServingConfig, vllm_config: Any, runner: str, default: str, groups_: Any
+) -> list[Row]:
+    rows: list[Row] = []
+    run = lifecycle.warmed_keys(
+        vllm_config,
+        runner,
+        [mod.register for _, mod in groups_],
+        [mod.record_compiles for _, mod in groups_ if hasattr(mod, "record_compiles")],
+        keep=_owned_by(groups_),
+    )
+    label = f"{runner} (default)" if runner == default else runner
+    for group, mod in groups_:
+        runtime = mod.runtime_keys(cfg, runner)
+        for kernel in mod.KERNELS:
+            rt = runtime.get(kernel, {})
+            wk = run.keys.get(kernel, set())
+            missing = sorted(((k, w) for k, w in rt.items() if k not in wk), key=_witness_sort_key)
+            rows.append(
+                Row(
+                    kernel,
+                    len(rt),
+                    len(wk),
+                    len(missing),
+                    len(wk - set(rt)),
+                    group,
+                    runner=label,
+                    witnesses=list(dict.fromkeys(w for _, w in missing))[:MAX_WITNESSES],
                 )
-                rows.append(
-                    Row(
-                        kernel,
-                        len(rt),
-                        len(wk),
-                        len(missing),
-                        len(wk - set(rt)),
-                        group,
-                        runner=label,
-                        witnesses=list(dict.fromkeys(w for _, w in missing))[:MAX_WITNESSES],
-                    )
-                )
+            )
     return rows

@@ -42,7 +42,41 @@ def hf_config_dict(cfg: ServingConfig) -> dict[str, Any]:
         hc_eps=cfg.hc_eps,
         hc_sinkhorn_iters=cfg.hc_sinkhorn_iters,
     )
-    return hf.to_dict()
+    data = hf.to_dict()
+    if _reads_checkpoint_config():
+        data = _checkpoint_style(data)
+    return data
+
+
+def _reads_checkpoint_config() -> bool:
+    """Whether the tree reads DeepSeek V4's ``config.json`` with its own
+    config class (0.26.0 / 0.25.1), not transformers': the released
+    checkpoints' keys then, which transformers renames."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm.transformers_utils.configs.deepseek_v4") is not None
+
+
+_LAYER_TYPE_RATIO = {
+    "sliding_attention": 0,
+    "compressed_sparse_attention": 4,
+    "heavily_compressed_attention": 128,
+}
+
+
+def _checkpoint_style(data: dict[str, Any]) -> dict[str, Any]:
+    """transformers' DeepSeek V4 config dict in the released checkpoints'
+    keys: per-layer ``compress_ratios`` (not ``layer_types`` /
+    ``compress_rates``), one flat ``rope_parameters`` (the main attention's;
+    the layers take ``compress_rope_theta`` for compressed ones), and no
+    ``mlp_layer_types`` (values the older config class does not know)."""
+    data = dict(data)
+    data["compress_ratios"] = [_LAYER_TYPE_RATIO[t] for t in data.pop("layer_types")]
+    data.pop("compress_rates", None)
+    data.pop("mlp_layer_types", None)
+    rope = data.get("rope_parameters") or {}
+    data["rope_parameters"] = dict(rope.get("main", rope))
+    return data
 
 
 def model_dir(cfg: ServingConfig) -> Path:
@@ -110,7 +144,17 @@ def vllm_config(cfg: ServingConfig, gpu: platform.Gpu | str | None = None) -> An
         platform.install(gpu)
     from vllm.engine.arg_utils import EngineArgs
 
-    return EngineArgs(**kwargs).create_engine_config()
+    return create_engine_config(EngineArgs(**kwargs))
+
+
+def create_engine_config(engine_args: Any) -> Any:
+    """``engine_args.create_engine_config`` in ``vllm serve``'s usage context:
+    its defaults for flags not given (token budget, ``max_num_seqs``) follow
+    the serving device's memory, e.g. 8192 / 1024 on an H200, not the
+    ``SchedulerConfig`` defaults (2048 / 128) a context-free call gives."""
+    from vllm.usage.usage_lib import UsageContext
+
+    return engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
 
 def _has_cuda() -> bool:

@@ -169,8 +169,12 @@ def attention_class(vllm_config: Any) -> type:
 
 def layer_ratio(hf_config: Any, index: int) -> int:
     """``DeepseekV4Attention``'s compress ratio for layer ``index`` (MTP
-    layers come after the target's and are SWA-only)."""
+    layers come after the target's and are SWA-only). Checkpoint-style
+    configs (what 0.26.0 / 0.25.1 read) list ``compress_ratios`` per layer."""
     if index < hf_config.num_hidden_layers:
+        ratios = getattr(hf_config, "compress_ratios", None)
+        if ratios is not None:
+            return max(1, int(ratios[index]))
         return max(1, hf_config.compress_rates.get(hf_config.layer_types[index], 0))
     return 1
 
