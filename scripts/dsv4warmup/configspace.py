@@ -522,6 +522,10 @@ BOUNDARIES: tuple[Point, ...] = (
         f"""-cc '{{"cudagraph_capture_sizes":[1,3,7]}}' -sc '{MTP % 2}' {FP8}""",
         gpu="h100",
     ),
+    # KV-manager blocks of 8 kernel blocks (0.26.0 / 0.25.1 split them; 0.33.0
+    # refuses blocks above 256 for DeepSeek V4): the builders' block size and
+    # block-table width are the kernel's, not --block-size
+    serve(f"--max-model-len 4096 --block-size 2048 -tp 4 {FP8}", model="pro"),
 )
 
 

@@ -107,8 +107,10 @@ def test_dropping_any_reached_launch_is_caught(monkeypatch: pytest.MonkeyPatch) 
             and exact_key(launch.kernel, launch.args, launch.kwargs) in runtime(cfg)[kernel]
         )
 
-        def without_one(vllm_config: Any, index: int = index) -> list[Any]:
-            out = original(vllm_config)
+        def without_one(
+            vllm_config: Any, kv_block_size: int | None = None, *, index: int = index
+        ) -> list[Any]:
+            out = original(vllm_config, kv_block_size)
             del out[index]
             return out
 

@@ -150,8 +150,10 @@ def make_flashmla_builder(
     import torch
     from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadataBuilder
 
+    spec = mla_spec(cfg, compress_ratio)
     return DeepseekV4FlashMLAMetadataBuilder(
-        mla_spec(cfg, compress_ratio),
+        # AttentionGroup.create_metadata_builders: the group's kernel block size
+        spec.copy_with_new_block_size(kernel_block_size(spec)),
         [f"model.layers.0.attn.r{compress_ratio}"],
         vllm_config if vllm_config is not None else make_vllm_config(cfg),
         torch.device(device),
@@ -301,12 +303,34 @@ class Runner:
 
 def _block_table_width(spec: Any, vllm_config: Any, max_model_len: int) -> int:
     """``MultiGroupBlockTable``'s row length: the spec's blocks per request,
-    rounded up to a multiple of 128 // block_size for blocks <= 128."""
+    rounded up to a multiple of 128 // block_size for blocks <= 128, in
+    kernel blocks (``BlockTable`` splits each KV-manager block into
+    ``block_size // kernel_block_size`` of them)."""
     width = max_num_blocks_per_req(spec, vllm_config, max_model_len)
     if spec.block_size <= 128:
         step = 128 // spec.block_size
         width = -(-width // step) * step
-    return width
+    return width * (spec.block_size // kernel_block_size(spec))
+
+
+def kernel_block_size(spec: Any) -> int:
+    """The attention kernels' block size for the KV-cache group of ``spec``,
+    as the worker picks it (``prepare_kernel_block_sizes``:
+    ``select_common_block_size`` over the group's backends): 256 for the
+    compressed MLA groups at any multiple of 256 (``--block-size 2048`` gives
+    the builders 256-token blocks, 8 per KV-manager block), the SWA group's
+    own 64."""
+    from vllm.models.deepseek_v4.compressor import CompressorBackend
+    from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
+    from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWABackend
+    from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
+    from vllm.v1.worker.utils import select_common_block_size
+
+    if isinstance(spec, SlidingWindowMLASpec):
+        backends: list[Any] = [DeepseekSparseSWABackend]
+    else:  # the C4A / C128A layers and their compressors' state
+        backends = [DeepseekV4FlashMLABackend, CompressorBackend]
+    return select_common_block_size(spec.block_size, backends)
 
 
 def _fake_flashmla_layer(cfg: ServingConfig, ratio: int, device: Any = _DEVICE) -> Any:
@@ -679,6 +703,27 @@ def _pristine_worker(cfg: ServingConfig, device: Any) -> Any:
     )
 
 
+def _planned_runner(cfg: ServingConfig, vllm_config: Any) -> Any:
+    """A stand-in runner with the KV cache config the engine core's planner
+    gives DeepSeek V4 (``get_kv_cache_configs``, checked on 0.26.0 and 0.25.1):
+    the attention layers' MLA group keeps ``--block-size`` blocks, the SWA
+    caches 64-token ones."""
+    ctx = vllm_config.compilation_config.static_forward_context
+    groups = [
+        SimpleNamespace(
+            layer_names=[name for name, layer in ctx.items() if layer.compress_ratio > 1],
+            kv_cache_spec=SimpleNamespace(block_size=cfg.block_size),
+        ),
+        SimpleNamespace(
+            layer_names=[f"{name}.swa_cache" for name in ctx],
+            kv_cache_spec=SimpleNamespace(block_size=_SWA_BLOCK_SIZE),
+        ),
+    ]
+    return SimpleNamespace(
+        vllm_config=vllm_config, kv_cache_config=SimpleNamespace(kv_cache_groups=groups)
+    )
+
+
 def _pristine_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
     """What upstream 0.26.0's own warmup compiles of our kernels: it launches
     ``combine_topk_swa_indices`` for ``_DSV4_COMBINE_TOPK_SWA_WARMUP_CASES``
@@ -705,14 +750,21 @@ def _pristine_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
 
 
 def _patched_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
-    from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
-        deepseek_v4_sparse_mla_key_warmup,
-    )
+    """What the series' start-up warmup compiles: ``sparse_mla_triton_warmup_if_needed``
+    ends with ``deepseek_v4_sparse_mla_key_warmup(vllm_config, <C128A group's
+    KV-manager block size read off the runner>)`` (patch 0010; before it, no
+    second argument)."""
+    import importlib
+    import inspect
 
     from dsv4warmup.triton_keys import keys_by_kernel, record_launches
 
+    module = importlib.import_module(WARMUP_MODULE)
     vllm_config = warmup_vllm_config(cfg)
+    args: tuple[Any, ...] = (vllm_config,)
+    if len(inspect.signature(module.deepseek_v4_sparse_mla_key_warmup).parameters) > 1:
+        args += (module._c128a_kv_block_size(_planned_runner(cfg, vllm_config)),)
     with record_launches() as recorded:
-        deepseek_v4_sparse_mla_key_warmup(vllm_config)
+        module.deepseek_v4_sparse_mla_key_warmup(*args)
     keys = keys_by_kernel([r for r in recorded if r.warmup])
     return {name: keys.get(name, set()) for name in KERNELS}

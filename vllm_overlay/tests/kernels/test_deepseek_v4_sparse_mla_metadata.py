@@ -17,6 +17,7 @@ from vllm.models.deepseek_v4.common.ops.cache_utils import (
     combine_topk_swa_indices_warmup_launches,
 )
 from vllm.models.deepseek_v4.sparse_mla import (
+    _block_table_width,
     build_c128a_topk_metadata,
     build_c128a_topk_metadata_warmup_launches,
     c128a_max_compressed_tokens,
@@ -184,6 +185,19 @@ def test_c128a_block_id_bound_counts_kernel_blocks_of_the_bound_kv_cache():
     # Before bind_kv_cache: empty tensors, every block id is out of range.
     builder = _builder_with_kv_caches({"a": torch.tensor([])}, 1000)
     assert builder._num_kernel_blocks() == 0
+
+
+@pytest.mark.parametrize(
+    "max_model_len, kv_block_size, width",
+    [(127, 256, 1), (127, 2048, 8), (4096, 2048, 16), (4097, 2048, 24)],
+)
+def test_warmup_block_table_width_counts_kernel_blocks(
+    max_model_len, kv_block_size, width
+):
+    """The worker's block table splits each KV-manager block (--block-size)
+    into kernel blocks of the builders' block size: its row length is
+    ceil(max_model_len / kv_block_size) * (kv_block_size / kernel block)."""
+    assert _block_table_width(max_model_len, KV_BLOCK, 1, kv_block_size) == width
 
 
 @pytest.mark.parametrize("max_model_len", [4096, 65536])

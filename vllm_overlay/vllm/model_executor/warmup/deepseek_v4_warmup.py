@@ -226,6 +226,7 @@ def sparse_mla_launches(cfg: DeepseekV4WarmupConfig) -> list[Any]:
             num_speculative_tokens=k,
             parallel_drafting=cfg.parallel_drafting,
             decode_context_parallel_size=cfg.decode_context_parallel_size,
+            kv_block_size=cfg.block_size,
         )
     launches += combine_topk_swa_indices_warmup_launches(
         max_num_batched_tokens=cfg.max_num_batched_tokens,
