@@ -268,3 +268,18 @@ def test_tree_tests_of_the_command_pass_on_a_one_gpu_host() -> None:
     res = v033_tree_pytest(tree, *files, env={"DSV4_CPU_HOSTED_GPU_COUNT": "1"})
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
+
+
+def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
+    """Patch 0009's own tests (no TileLang, no GPU): elaboration on the
+    dispatching thread, compiles in the pool (a barrier fails serial ones),
+    every key in the JIT's call cache, the first error re-raised after the
+    rest, one thread = the serial path; with the registry's tests beside."""
+    tree = _tree()
+    files = [
+        tree / "tests/model_executor/test_jit_warmup_tilelang_parallel.py",
+        tree / "tests/model_executor/test_jit_warmup.py",
+    ]
+    res = v033_tree_pytest(tree, *files)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
