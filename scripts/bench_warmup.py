@@ -1,8 +1,8 @@
 """Start-up cost of the JIT warmup, per kernel family, cold and warm (GPU; by hand).
 
     python scripts/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm]
-        [--variant flash|pro] [--max-num-batched-tokens N] [--num-speculative-tokens K]
-        [--runner v2|v1] [--json FILE]
+        [--tilelang-threads 1,4,16] [--variant flash|pro] [--max-num-batched-tokens N]
+        [--num-speculative-tokens K] [--runner v2|v1] [--json FILE]
 
 Each run is a fresh ``vllm warmup-kernels`` process (:mod:`dsv4warmup.gpu.prewarm_runner`)
 for the deployment (DeepSeek V4 Flash or Pro from a generated ``config.json``,
@@ -14,9 +14,15 @@ kernels, then everything else the registry holds), keys and the seconds their
 compiles took in each run; then the warmup's own total, the process wall time
 and what was compiled vs. read from the disk caches.
 
+``--tilelang-threads``: one cold run per ``VLLM_TILELANG_JIT_WARMUP_NUM_THREADS``
+value (each on empty caches; 1 = serial, as without patch 0009), then the warm
+run on the last one's caches.
+
 A family's seconds add up its kernels' ``compile_many`` calls: Triton kernels
 compile in parallel threads, so their seconds overlap and can exceed the wall
-time; TileLang kernels compile one after another. Pristine 0.33.0 has no
+time. With patch 0009 the TileLang kernels' ``compile_many`` dispatches and
+elaborates; their compiles are in the ``TileLang pool`` row (its wall time,
+which contains the mHC row's seconds). Pristine 0.33.0 has no
 offline entry point, and its start-up warmup runs only inside a serving
 worker (weights, KV cache), which the lab cannot start; its key counts per
 kernel are in ``make audit BASE=0.33.0``.
@@ -37,9 +43,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from dsv4warmup.gpu.prewarm_runner import TIMINGS_PREFIX, timings_from  # noqa: E402
+from dsv4warmup.gpu.prewarm_runner import POOL_ROW, TIMINGS_PREFIX, timings_from  # noqa: E402
 
-FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other")
+FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other", "TileLang pool")
 _SPARSE_MLA = {"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"}
 _SPEC_DECODE = {
     "MTPSharedHeadRMSNormKernel",
@@ -51,6 +57,8 @@ _SPEC_DECODE = {
 
 def family(name: str, module: str) -> str:
     """The kernel family of a registered kernel (its name and module)."""
+    if name == POOL_ROW:
+        return "TileLang pool"
     if name in _SPARSE_MLA:
         return "sparse-MLA"
     if name in _SPEC_DECODE or name.startswith(("_eagle_", "eagle_")):
@@ -70,7 +78,9 @@ def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
-def run_once(tree: Path, flags: list[str], caches: Path, runner: str) -> dict[str, Any]:
+def run_once(
+    tree: Path, flags: list[str], caches: Path, runner: str, tilelang_threads: int | None = None
+) -> dict[str, Any]:
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(tree), str(REPO / "scripts")]),
@@ -79,6 +89,8 @@ def run_once(tree: Path, flags: list[str], caches: Path, runner: str) -> dict[st
         DSV4_PREWARM_TIMINGS="1",
         VLLM_USE_V2_MODEL_RUNNER="1" if runner == "v2" else "0",
     )
+    if tilelang_threads is not None:
+        env["VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"] = str(tilelang_threads)
     start = time.perf_counter()
     res = subprocess.run(
         [sys.executable, "-m", "dsv4warmup.gpu.prewarm_runner", *flags, "--json"],
@@ -125,10 +137,43 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str, int | None, Path]]:
+    """(run name, TileLang threads, cache folder) per run, in order: a cold
+    run per thread count on its own empty folders, warm on the last ones."""
+    counts: list[int | None] = [None]
+    if tilelang_threads:
+        try:
+            counts = [int(t) for t in tilelang_threads.split(",")]
+        except ValueError:
+            sys.exit(f"error: --tilelang-threads: not a list of ints: {tilelang_threads!r}")
+        if any(t < 1 for t in counts):
+            sys.exit("error: --tilelang-threads: thread counts are >= 1")
+    plan: list[tuple[str, int | None, Path]] = []
+    caches: Path | None = None
+    for name in runs.split(","):
+        if name == "cold":
+            if any(run == "warm" for run, _, _ in plan):
+                sys.exit("error: --runs: cold after warm would not be cold")
+            for t in counts:
+                caches = tmp / f"caches-{t}"
+                plan.append((name if t is None else f"cold t={t}", t, caches))
+        elif name == "warm":
+            if caches is None:
+                sys.exit("error: --runs: warm needs a cold run before it")
+            plan.append((name, counts[-1], caches))
+        else:
+            sys.exit(f"error: --runs: unknown run {name!r} (cold, warm)")
+    return plan
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", type=Path, required=True, help="a tree with `vllm warmup-kernels`")
     ap.add_argument("--runs", default="cold,warm")
+    ap.add_argument(
+        "--tilelang-threads",
+        help="comma-separated VLLM_TILELANG_JIT_WARMUP_NUM_THREADS values: a cold run each",
+    )
     ap.add_argument("--variant", choices=("flash", "pro"), default="flash")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--num-speculative-tokens", type=int, default=1)
@@ -150,16 +195,9 @@ def main() -> None:
         model.mkdir()
         (model / "config.json").write_text(json.dumps(engine.hf_config_dict(cfg), default=str))
         flags = prewarm.serve_flags(cfg, str(model))
-        caches = Path(tmp) / "caches"
         runs: dict[str, dict[str, Any]] = {}
-        for name in args.runs.split(","):
-            if name not in ("cold", "warm"):
-                sys.exit(f"error: --runs: unknown run {name!r} (cold, warm)")
-            if name == "cold" and caches.exists():
-                sys.exit("error: --runs: cold after warm would not be cold")
-            if name == "warm" and not caches.exists():
-                sys.exit("error: --runs: warm needs a cold run before it")
-            runs[name] = run_once(args.tree, flags, caches, args.runner)
+        for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
+            runs[name] = run_once(args.tree, flags, caches, args.runner, threads)
             print(f"{name}: {runs[name]['wall_s']:.1f} s wall", file=sys.stderr)
     print(
         f"{args.variant}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "

@@ -53,6 +53,12 @@ TIMINGS = {
         "keys": 2,
         "seconds": 0.1,
     },
+    "TileLang compile pool": {
+        "module": "vllm.model_executor.warmup.jit_warmup_tilelang_helper",
+        "keys": 5,
+        "seconds": 40.0,
+        "pool": True,
+    },
 }
 
 
@@ -62,6 +68,20 @@ def test_families_add_up() -> None:
     assert families["spec-decode"] == {"keys": 2, "seconds": 0.75}
     assert families["mHC"] == {"keys": 5, "seconds": 35.0}
     assert families["other"] == {"keys": 2, "seconds": 0.1}
+    assert families["TileLang pool"] == {"keys": 5, "seconds": 40.0}
+
+
+def test_runs_plan_a_cold_run_per_tilelang_thread_count(tmp_path: Any) -> None:
+    plan = _bench()._plan("cold,warm", "1,16", tmp_path)
+    assert plan == [
+        ("cold t=1", 1, tmp_path / "caches-1"),
+        ("cold t=16", 16, tmp_path / "caches-16"),
+        ("warm", 16, tmp_path / "caches-16"),
+    ]
+    assert _bench()._plan("cold,warm", None, tmp_path) == [
+        ("cold", None, tmp_path / "caches-None"),
+        ("warm", None, tmp_path / "caches-None"),
+    ]
 
 
 def test_table_shows_every_run() -> None:
@@ -78,5 +98,6 @@ def test_table_shows_every_run() -> None:
     text = bench.table({"cold": run, "warm": warm})
     assert "| family | keys | cold s | warm s |" in text
     assert "| mHC | 5 | 35.00 | 35.00 |" in text
+    assert "| TileLang pool | 5 | 40.00 | 40.00 |" in text
     assert "| process wall | 32 | 80.00 | 25.00 |" in text
     assert "warm: compiled 0, loaded from the disk caches {'triton': 27}" in text

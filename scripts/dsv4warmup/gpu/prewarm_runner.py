@@ -15,7 +15,10 @@ stderr (``lab: skipped``). On a full install it runs the command unchanged.
 
 ``DSV4_PREWARM_TIMINGS=1``: one more stderr line, ``timings: {json}``, with the
 seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
-threads, so theirs overlap) and its key count, by kernel name.
+threads, so theirs overlap) and its key count, by kernel name; with the 0.33.0
+series' TileLang compile pool (patch 0009) also a row ``TileLang compile pool``
+(``"pool": true``) with its wall time and keys: the TileLang kernels'
+``compile_many`` then only dispatches and elaborates, the pool compiles.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 from unittest import mock
 
 TIMINGS_PREFIX = "timings: "
+POOL_ROW = "TileLang compile pool"
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
 # The stand-ins stay for the whole process: a context manager entered without a
@@ -95,6 +99,24 @@ def _time_compiles() -> None:
             row["seconds"] += time.perf_counter() - start
 
     VllmJitKernel.compile_many = timed  # type: ignore[method-assign]
+    from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
+
+    pool = getattr(helper, "compile_tilelang_warmup", None)
+    if pool is not None:
+
+        def timed_pool(compile_all: Any, num_keys: int) -> None:
+            start = time.perf_counter()
+            try:
+                pool(compile_all, num_keys)
+            finally:
+                row = timings.setdefault(
+                    POOL_ROW,
+                    {"module": helper.__name__, "keys": 0, "seconds": 0.0, "pool": True},
+                )
+                row["keys"] += num_keys
+                row["seconds"] += time.perf_counter() - start
+
+        helper.compile_tilelang_warmup = timed_pool
     atexit.register(lambda: print(TIMINGS_PREFIX + json.dumps(timings), file=sys.stderr))
 
 
