@@ -237,21 +237,25 @@ def test_serve_defaults_the_cli_mirrors(tmp_path: Path) -> None:
         _parse("--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 2}')
 
 
-def test_c128a_keys_follow_the_kernel_block_size_not_the_flag() -> None:
+def test_c128a_keys_follow_the_kernel_blocks_of_the_block_table() -> None:
     # The metadata builders see the attention backend's kernel block size
-    # (256) whatever --block-size says, as the worker warmup reads it.
+    # (256) whatever --block-size says, and a block table of kernel blocks:
+    # ceil(max_model_len / block_size) KV blocks of block_size / 256 each.
     from dsv4warmup.triton_keys import keys_by_kernel, record_launches
     from vllm.model_executor.warmup.triton_specialization import compile_triton_warmup
 
     prewarm = _prewarm()
-    keys = []
-    for block_size in ("256", "128"):
+
+    def keys(*argv: str) -> set[Any]:
         with record_launches() as recorded:
-            compile_triton_warmup(
-                "rec", prewarm.sparse_mla_launches(_parse("--block-size", block_size))
-            )
-        keys.append(keys_by_kernel(recorded)["_build_c128a_topk_metadata_kernel"])
-    assert keys[0] == keys[1] and keys[0]
+            compile_triton_warmup("rec", prewarm.sparse_mla_launches(_parse(*argv)))
+        return keys_by_kernel(recorded)["_build_c128a_topk_metadata_kernel"]
+
+    # 65536 tokens: 256 blocks of 256 = 128 blocks of 512 (2 kernel blocks each)
+    assert keys("--block-size", "256") == keys("--block-size", "512") != set()
+    # 127 tokens: 1 kernel block of 256 vs 1 KV block of 2048 = 8 kernel blocks
+    short = ("--max-model-len", "127")
+    assert keys(*short, "--block-size", "256") != keys(*short, "--block-size", "2048")
 
 
 def test_audit_refuses_what_the_drivers_do_not_model() -> None:
@@ -266,7 +270,10 @@ def test_audit_refuses_what_the_drivers_do_not_model() -> None:
 @pytest.mark.parametrize(
     ("argv", "flag", "says"),
     [
-        (["--block-size", "7"], "--block-size", "multiple of 128"),
+        (["--block-size", "7"], "--block-size", "multiple of 256"),
+        (["--block-size", "128"], "--block-size", "multiple of 256"),
+        (["-dcp", "2"], "--decode-context-parallel-size", "sliding-window"),
+        (["--kv-cache-dtype", "auto"], "--kv-cache-dtype", "only supports fp8"),
         (["--max-num-batched-tokens", "-5"], "--max-num-batched-tokens", ">= 1"),
         (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens", ">= 1"),
         (["--hf-config-path", "/nonexistent"], "--hf-config-path", "cannot read"),

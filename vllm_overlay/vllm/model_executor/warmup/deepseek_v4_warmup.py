@@ -500,8 +500,7 @@ def make_arg_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     p.add_argument("--block-size", type=int, default=d.block_size)
-    # Accepted so that serve flags can be passed as they are; no key of
-    # these kernels depends on them.
+    # No key of these kernels depends on it; checked as the attention layer does.
     p.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype)
     p.add_argument(
         "--tensor-parallel-size", "-tp", type=int, default=d.tensor_parallel_size
@@ -591,14 +590,53 @@ def validate_args(args: argparse.Namespace) -> None:
         if value is not None and value < 1:
             flag = "--" + name.replace("_", "-")
             raise FlagError(f"argument {flag}: must be >= 1, got {value}")
-    # A KV block must hold whole compressed tokens of every compressed layer;
-    # the default ratios are the released models' (config.json may add more).
-    ratio = max(DeepseekV4WarmupConfig.compress_ratios)
-    if args.block_size < 1 or args.block_size % ratio:
+    if args.block_size < 1:
+        raise FlagError(f"argument --block-size: must be >= 1, got {args.block_size}")
+    _check_block_size(args.block_size)
+    if args.decode_context_parallel_size > 1:
+        # The engine core's KV-cache planner asserts this for the model's
+        # sliding-window cache ("DCP not support sliding window.").
         raise FlagError(
-            f"argument --block-size: DeepSeek V4 needs a positive multiple of "
-            f"{ratio} (its largest KV compression ratio), got {args.block_size}"
+            "argument --decode-context-parallel-size: vLLM does not support decode "
+            "context parallelism with DeepSeek V4's sliding-window KV cache, got "
+            f"{args.decode_context_parallel_size}"
         )
+    _check_kv_cache_dtype(args.kv_cache_dtype)
+
+
+def _check_block_size(block_size: int) -> None:
+    """The worker's check: the KV-cache manager's blocks must split into the
+    attention kernels' blocks (DeepSeek V4's FlashMLA takes 256 tokens)."""
+    from vllm.models.deepseek_v4.compressor import CompressorBackend
+    from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
+    from vllm.v1.worker.utils import select_common_block_size
+
+    try:
+        select_common_block_size(
+            block_size, [DeepseekV4FlashMLABackend, CompressorBackend]
+        )
+    except ValueError as e:
+        raise FlagError(
+            f"argument --block-size: {' '.join(str(e).split())} (DeepSeek V4's "
+            "attention kernels take 256-token KV blocks: use a multiple of 256)"
+        ) from None
+
+
+def _check_kv_cache_dtype(kv_cache_dtype: str) -> None:
+    """What DeepSeek V4's CUDA attention layer checks at construction: the
+    FlashMLA layout takes an fp8 KV cache only."""
+    from vllm.models.deepseek_v4.attention import _resolve_dsv4_kv_cache_dtype
+    from vllm.models.deepseek_v4.nvidia.model import _select_dsv4_attn_cls
+
+    attn_cls = _select_dsv4_attn_cls(
+        SimpleNamespace(attention_config=SimpleNamespace(backend=None))  # type: ignore[arg-type]
+    )
+    try:
+        _resolve_dsv4_kv_cache_dtype(
+            attn_cls.use_fp8_ds_mla_layout, kv_cache_dtype, None
+        )
+    except (AssertionError, ValueError) as e:
+        raise FlagError(f"argument --kv-cache-dtype: {e}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> DeepseekV4WarmupConfig:
