@@ -79,6 +79,8 @@ def topics_of(identifiers: set[str], files: list[str]) -> set[str]:
         out.add("prewarm")
     if any("sentinel" in n or "jit_monitor" in n for n in names):
         out.add("sentinel")
+    if any("compile_tilelang_warmup" in n or "tilelang_jit_warmup_num_threads" in n for n in names):
+        out.add("compile-pool")
     return out
 
 
@@ -90,6 +92,7 @@ RESULT_WORDS: dict[str, tuple[str, ...]] = {
     "mhc": ("mhc",),
     "prewarm": ("pre-warm", "prewarm", "warm()"),
     "sentinel": ("sentinel",),
+    "compile-pool": ("tilelang pool", "compile pool", "tilelang-threads"),
 }
 
 
@@ -205,6 +208,19 @@ RELATED = (
         "speculative-decoding kernels behind a decorator.",
         "overlaps with the spec-decode helper warmup; if it lands first, that PR should move onto "
         "its decorator instead of adding its own key functions.",
+    ),
+    Related(
+        "vllm-project/vllm#56683",
+        "[Perf] Parallelize mHC pre-norm JIT warmup",
+        "merged",
+        ("compile-pool",),
+        "adds the `VllmJitKernel.compile_many()` hook and compiles DeepSeek V4.1's "
+        "`MHCPreNormKernel` variants with TileLang's `par_compile()` (at most four workers per "
+        "process); every other kernel keeps compiling its keys one after another.",
+        "uses that hook for every `VllmTileLangJitKernel` (DeepSeek V4's mHC kernels, which "
+        "#56683 leaves serial, among them): one pool across the registry's TileLang kernels, "
+        "elaboration on the dispatching thread as in `par_compile()`, sized by "
+        "`VLLM_TILELANG_JIT_WARMUP_NUM_THREADS` (default 4, #56683's cap).",
     ),
     Related(
         "sgl-project/sglang#30255",
@@ -453,7 +469,10 @@ def submitter_block(b: BodyInput) -> str:
 
 
 def related_block(b: BodyInput, topics: set[str], level: int = 3) -> str:
-    topics = set(topics) | ({"registry"} if version(b.base) >= (0, 29) else set())
+    # The registry's own PRs concern a PR about the kernels it warms, not one
+    # about how the registry compiles.
+    registry = version(b.base) >= (0, 29) and "compile-pool" not in topics
+    topics = set(topics) | ({"registry"} if registry else set())
     mine = [r for r in RELATED if set(r.topics) & topics]
     rest = [r for r in RELATED if r not in mine]
     head = "#" * level

@@ -790,6 +790,24 @@ def test_topics_of_0_33_class_names() -> None:
     assert pr_body.topics_of({"load_model"}, ["vllm/v1/worker/gpu_model_runner.py"]) == set()
 
 
+def test_compile_pool_pr_cites_the_parallel_warmup_not_the_registry_migration() -> None:
+    topics = pr_body.topics_of(
+        {"compile_tilelang_warmup", "VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"},
+        ["vllm/model_executor/warmup/jit_warmup_tilelang_helper.py"],
+    )
+    assert topics == {"compile-pool"}
+    b = pr_body.BodyInput(
+        **{
+            **{f: None for f in pr_body.BodyInput.__dataclass_fields__},
+            "base": "0.33.0",
+        }
+    )
+    text = pr_body.related_block(b, topics)
+    mine = text.split("<details>")[0]
+    assert "vllm-project/vllm#56683" in mine and "**This PR:**" in mine
+    assert "#50175" not in mine  # the registry migration is listed, not claimed
+
+
 def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     """A section whose heading names the PR's release counts as measured on
     this branch; the intro's release (the old series) stays flagged."""
