@@ -200,6 +200,26 @@ def mutants() -> list[Mutant]:
                 "test_tree_tests_of_the_command_pass_on_a_one_gpu_host",
             ),
         ),
+        # 0.33.0 0009: the TileLang pool is never used (every key compiles on
+        # the dispatching thread, as before the patch).
+        Mutant(
+            "v033-tilelang-pool-unused",
+            _patch(_P33, "0009"),
+            '+    if active is not None and hasattr(jit_impl, "get_tir"):',
+            '+    if False and active is not None and hasattr(jit_impl, "get_tir"):',
+            ("tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compile_pool_pass",),
+        ),
+        # 0.26.0 0010: the C128A block table counted in KV-manager blocks again.
+        Mutant(
+            "c128a-table-width-in-kv-blocks",
+            _patch(_P26, "0010"),
+            "+    return width * (kv_block_size // block_size)",
+            "+    return width",
+            (
+                "tests/cpu/test_prewarm_cli.py::"
+                "test_c128a_keys_follow_the_kernel_blocks_of_the_block_table",
+            ),
+        ),
         # The post-warmup sentinel stops watching a kernel.
         Mutant(
             "sentinel-forgets-a-kernel",
