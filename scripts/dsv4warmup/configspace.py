@@ -514,7 +514,7 @@ BOUNDARIES: tuple[Point, ...] = (
     ),
     # one past the sliding window, Pro, MTP k=1, three requests
     serve(f"--max-model-len 129 --max-num-seqs 3 -sc '{MTP % 1}' {FP8}", model="pro"),
-    # B200 (148 SMs) with DeepGEMM, no MTP, Pro, default budget (2048)
+    # B200 (148 SMs) with DeepGEMM, no MTP, Pro, vllm serve's default budget there
     serve(f"--max-model-len 4096 --max-num-seqs 16 -tp 8 {FP8}", gpu="b200", model="pro"),
     # a single 256-token block, budget below one prefill chunk, odd capture sizes
     serve(
@@ -671,14 +671,16 @@ def _legacy_kernel_block_size(block_size: int) -> None:
     """The worker's check (``select_common_block_size``) of the KV manager's
     block size against DeepSeek V4's attention backends (kernel block 256):
     ``vllm serve`` fails at start-up on a block size that is not a multiple."""
+    from dsv4warmup.callsites.sparse_mla import mla_group_backends
+
     try:
-        from vllm.models.deepseek_v4.compressor import CompressorBackend
-        from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
         from vllm.v1.worker.utils import select_common_block_size
+
+        backends = mla_group_backends()
     except ImportError:  # a layout this rule was not read from
         return
     try:
-        select_common_block_size(block_size, [DeepseekV4FlashMLABackend, CompressorBackend])
+        select_common_block_size(block_size, backends)
     except ValueError as e:
         raise ConfigError(
             "--block-size",

@@ -320,17 +320,25 @@ def kernel_block_size(spec: Any) -> int:
     compressed MLA groups at any multiple of 256 (``--block-size 2048`` gives
     the builders 256-token blocks, 8 per KV-manager block), the SWA group's
     own 64."""
-    from vllm.models.deepseek_v4.compressor import CompressorBackend
-    from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
     from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWABackend
     from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
     from vllm.v1.worker.utils import select_common_block_size
 
     if isinstance(spec, SlidingWindowMLASpec):
         backends: list[Any] = [DeepseekSparseSWABackend]
-    else:  # the C4A / C128A layers and their compressors' state
-        backends = [DeepseekV4FlashMLABackend, CompressorBackend]
+    else:
+        backends = mla_group_backends()
     return select_common_block_size(spec.block_size, backends)
+
+
+def mla_group_backends() -> list[Any]:
+    """The attention backends of the compressed MLA KV-cache group: the C4A /
+    C128A layers' and their compressors' state (the group ``--block-size``
+    applies to)."""
+    from vllm.models.deepseek_v4.compressor import CompressorBackend
+    from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
+
+    return [DeepseekV4FlashMLABackend, CompressorBackend]
 
 
 def _fake_flashmla_layer(cfg: ServingConfig, ratio: int, device: Any = _DEVICE) -> Any:
