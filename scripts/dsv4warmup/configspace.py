@@ -526,6 +526,11 @@ BOUNDARIES: tuple[Point, ...] = (
     # refuses blocks above 256 for DeepSeek V4): the builders' block size and
     # block-table width are the kernel's, not --block-size
     serve(f"--max-model-len 4096 --block-size 2048 -tp 4 {FP8}", model="pro"),
+    # one request, capture sizes above max_num_seqs * (1 + k): vLLM captures no
+    # FULL decode graph, so a lone decode replays PIECEWISE, its metadata unpadded
+    serve(
+        f"""--max-model-len 4096 --max-num-seqs 1 -cc '{{"cudagraph_capture_sizes":[2]}}' {FP8}"""
+    ),
 )
 
 

@@ -53,6 +53,26 @@ def default_cudagraph_capture_sizes(
     return sizes
 
 
+def full_decode_graph_size(
+    capture_sizes: Sequence[int], num_reqs: int, query_len: int, max_num_seqs: int
+) -> int | None:
+    """Tokens of the FULL CUDA graph a uniform decode batch (``num_reqs``
+    requests of ``query_len`` tokens) replays in, or None when it runs
+    without attention padding (PIECEWISE or eager).
+
+    vLLM captures FULL decode graphs only up to ``max_num_seqs * query_len``
+    tokens (V1 ``CudagraphDispatcher.initialize_cudagraph_keys``, V2
+    ``CudaGraphManager._init_candidates``), so the padded request count never
+    passes ``max_num_seqs``; a batch whose smallest fitting capture size is
+    larger replays a PIECEWISE graph, its metadata unpadded.
+    """
+    limit = max_num_seqs * query_len
+    for size in sorted(capture_sizes):
+        if size >= num_reqs * query_len and size % query_len == 0:
+            return size if size <= limit else None
+    return None
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     # vllm serve flags
@@ -116,3 +136,19 @@ class ServingConfig:
 
 FLASH = ServingConfig()
 PRO = ServingConfig(hidden_size=7168, index_topk=1024)
+
+# Configuration-space boundaries of the sparse-MLA metadata keys that the CPU
+# audit found (docs/config-space.md), run through the real kernels on the GPU too.
+SPARSE_MLA_BOUNDARIES = {
+    # KV-manager blocks of 8 kernel blocks (0.26.0 / 0.25.1: patch 0010)
+    "pro-127-block2048": PRO.replace(max_model_len=127, block_size=2048),
+    # one request, no MTP, capture size 2 > max_num_seqs: no FULL decode graph,
+    # decodes run unpadded (full_decode_graph_size)
+    "flash-one-seq": FLASH.replace(
+        max_model_len=4096,
+        max_num_seqs=1,
+        num_speculative_tokens=0,
+        speculative_method=None,
+        cudagraph_capture_sizes=(2,),
+    ),
+}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from dsv4warmup.callsites import sparse_mla as callsites
-from dsv4warmup.serving import FLASH, PRO, ServingConfig
+from dsv4warmup.serving import FLASH, PRO, SPARSE_MLA_BOUNDARIES, ServingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +66,21 @@ def test_every_runtime_key_is_warmed(name: str) -> None:
         assert got[kernel] <= warmed[kernel], sorted(got[kernel] - warmed[kernel])[:3]
     # The decode-token classes 0 / 1 / %16 / other are all seen and warmed.
     assert len(got[C128A]) == len(warmed[C128A]) == 3
+
+
+@pytest.mark.parametrize("name", sorted(SPARSE_MLA_BOUNDARIES))
+def test_boundary_runtime_keys_are_warmed(name: str) -> None:
+    """The GPU tests' boundary configurations: the warmup the series runs in
+    the server (``key_warmup_args``) covers the sweep; the one-request
+    configuration never pads a decode past one request, so it launches no
+    C128A key whose decode-token count is neither 0, 1 nor a multiple of 16."""
+    cfg = SPARSE_MLA_BOUNDARIES[name]
+    got, warmed = runtime(cfg), warmup(cfg)
+    for kernel in callsites.KERNELS:
+        assert got[kernel], f"the sweep never launched {kernel}"
+        assert got[kernel] <= warmed[kernel], sorted(got[kernel] - warmed[kernel])[:3]
+    if cfg.max_num_seqs == 1:
+        assert len(got[C128A]) == len(warmed[C128A]) == 2
 
 
 @pytest.mark.parametrize("name", ["flash-4k", "pro-64k"])

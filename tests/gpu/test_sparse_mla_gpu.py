@@ -16,7 +16,7 @@ import pytest
 import torch
 from compile_counters import triton_compiles
 from dsv4warmup.callsites import sparse_mla as callsites
-from dsv4warmup.serving import FLASH, PRO
+from dsv4warmup.serving import FLASH, PRO, SPARSE_MLA_BOUNDARIES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
@@ -26,6 +26,7 @@ CONFIGS = {
     "flash-64k": FLASH,
     "flash-1m": FLASH.replace(max_model_len=1048576),
     "pro-64k": PRO,
+    **SPARSE_MLA_BOUNDARIES,
 }
 
 
@@ -62,7 +63,7 @@ def test_sweep_after_warmup_compiles_nothing(name: str) -> None:
     cfg = CONFIGS[name]
     expected = callsites.warmup_keys(cfg)  # CPU binder, recorded only
     with triton_compiles() as warm:
-        deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
+        deepseek_v4_sparse_mla_key_warmup(*callsites.key_warmup_args(cfg))
     assert warm[C128A] == len(expected[C128A]) > 0
     assert warm[COMBINE] == len(expected[COMBINE]) > 0
 
@@ -92,7 +93,7 @@ def test_every_runtime_key_once_after_warmup(name: str) -> None:
     cfg = CONFIGS[name]
     batches = callsites.key_witness_batches(cfg)  # recorded on the meta device
     with triton_compiles() as warm:
-        deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
+        deepseek_v4_sparse_mla_key_warmup(*callsites.key_warmup_args(cfg))
     assert warm[C128A] > 0 and warm[COMBINE] > 0
 
     runner = callsites.Runner(cfg, device="cuda")

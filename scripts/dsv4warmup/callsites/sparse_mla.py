@@ -33,7 +33,7 @@ from typing import Any
 from unittest import mock
 
 from dsv4warmup.callsites import max_num_blocks_per_req
-from dsv4warmup.serving import ServingConfig
+from dsv4warmup.serving import ServingConfig, full_decode_graph_size
 
 C128A_KERNEL = "_build_c128a_topk_metadata_kernel"
 COMBINE_KERNEL = "_combine_topk_swa_indices_kernel"
@@ -441,9 +441,9 @@ def scenarios(cfg: ServingConfig) -> Iterator[Batch]:
                 continue
             decodes = tuple((q, ctx + q) for _ in range(b))
             yield Batch(decodes=decodes)
-            pads = [s for s in cfg.capture_sizes if s >= b * q and s % q == 0]
-            if pads and q == threshold:
-                yield Batch(decodes=decodes, pad_to=pads[0])
+            pad_to = full_decode_graph_size(cfg.capture_sizes, b, q, seqs)
+            if pad_to is not None and q == threshold:
+                yield Batch(decodes=decodes, pad_to=pad_to)
     # Mixed decode query lengths (MTP with rejected drafts).
     if threshold > 1 and seqs >= 3:
         yield Batch(decodes=((1, min(100, mml)), (threshold, min(200, mml)), (1, min(300, mml))))
@@ -757,22 +757,33 @@ def _pristine_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
     return {name: keys.get(name, set()) for name in KERNELS}
 
 
-def _patched_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
-    """What the series' start-up warmup compiles: ``sparse_mla_triton_warmup_if_needed``
-    ends with ``deepseek_v4_sparse_mla_key_warmup(vllm_config, <C128A group's
-    KV-manager block size read off the runner>)`` (patch 0010; before it, no
-    second argument)."""
+def key_warmup_args(cfg: ServingConfig) -> tuple[Any, ...]:
+    """The arguments ``sparse_mla_triton_warmup_if_needed`` passes to the
+    series' ``deepseek_v4_sparse_mla_key_warmup``: the stand-in config and,
+    from patch 0010 on, the C128A group's KV-manager block size read off a
+    runner with the planner's KV cache config."""
     import importlib
     import inspect
-
-    from dsv4warmup.triton_keys import keys_by_kernel, record_launches
 
     module = importlib.import_module(WARMUP_MODULE)
     vllm_config = warmup_vllm_config(cfg)
     args: tuple[Any, ...] = (vllm_config,)
     if len(inspect.signature(module.deepseek_v4_sparse_mla_key_warmup).parameters) > 1:
         args += (module._c128a_kv_block_size(_planned_runner(cfg, vllm_config)),)
+    return args
+
+
+def _patched_warmup_keys(cfg: ServingConfig) -> KeysByKernel:
+    """What the series' start-up warmup compiles: ``sparse_mla_triton_warmup_if_needed``
+    ends with ``deepseek_v4_sparse_mla_key_warmup(vllm_config, <C128A group's
+    KV-manager block size read off the runner>)`` (patch 0010; before it, no
+    second argument)."""
+    import importlib
+
+    from dsv4warmup.triton_keys import keys_by_kernel, record_launches
+
+    module = importlib.import_module(WARMUP_MODULE)
     with record_launches() as recorded:
-        module.deepseek_v4_sparse_mla_key_warmup(*args)
+        module.deepseek_v4_sparse_mla_key_warmup(*key_warmup_args(cfg))
     keys = keys_by_kernel([r for r in recorded if r.warmup])
     return {name: keys.get(name, set()) for name in KERNELS}

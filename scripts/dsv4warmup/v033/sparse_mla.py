@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from dsv4warmup.serving import ServingConfig
+from dsv4warmup.serving import ServingConfig, full_decode_graph_size
 
 C128A_KERNEL = "BuildC128ATopkMetadataKernel.kernel"
 COMBINE_KERNEL = "CombineTopkSwaIndicesKernel.kernel"
@@ -450,9 +450,9 @@ def scenarios(cfg: ServingConfig, capture_sizes: Sequence[int]) -> Iterator[Batc
             for ctx in long_ctx[:1] + long_ctx[-1:]:
                 decodes = tuple((q, ctx + q) for _ in range(b))
                 yield Batch(decodes=decodes)
-                pads = [s for s in capture_sizes if s >= b * q and s % q == 0]
-                if pads and q == threshold:
-                    yield Batch(decodes=decodes, pad_to=pads[0])
+                pad_to = full_decode_graph_size(capture_sizes, b, q, seqs)
+                if pad_to is not None and q == threshold:
+                    yield Batch(decodes=decodes, pad_to=pad_to)
     if threshold > 1 and seqs >= 3:
         yield Batch(decodes=((1, 100), (threshold, 200), (1, 300)))
     # max_model_len < 1 + k: every step is decode-classified, any query length
