@@ -83,7 +83,11 @@ def run_once(
 ) -> dict[str, Any]:
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(tree), str(REPO / "scripts")]),
+        # the tree first, then whatever made its dependencies importable (the
+        # lab's package bundle, a virtual environment's path)
+        PYTHONPATH=os.pathsep.join(
+            [str(tree), str(REPO / "scripts"), os.environ.get("PYTHONPATH", "")]
+        ),
         TRITON_CACHE_DIR=str(caches / "triton"),
         TILELANG_CACHE_DIR=str(caches / "tilelang"),
         DSV4_PREWARM_TIMINGS="1",
