@@ -65,3 +65,29 @@ def test_without_its_op_stubs_the_command_stops_as_on_the_lab(tmp_path: Path) ->
     res = _run(tmp_path, "flash", "v2", DSV4_LAB_HOST_NO_OP_STUBS="1")
     assert res.returncode != 0
     assert "'_OpNamespace' '_C' object has no attribute" in res.stderr, res.stderr[-3000:]
+
+
+_POOL_TIMING = """
+import json, time
+from dsv4warmup.gpu import prewarm_runner
+timings = prewarm_runner._time_compiles()
+from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
+# the registry's call, and inside it one kernel's compile_many entering again
+helper.compile_tilelang_warmup(
+    lambda: helper.compile_tilelang_warmup(lambda: time.sleep(0.05), 2), 5
+)
+print(json.dumps(timings))
+"""
+
+
+def test_pool_row_counts_the_outermost_pool_only() -> None:
+    """The ``TileLang compile pool`` row: the registry's pool once, not again
+    for each kernel's ``compile_many`` that re-enters it inside (the first H200
+    bench showed 48 keys for 24 TileLang compiles)."""
+    if not (PATCHES / "v0.33.0").is_dir():
+        pytest.skip("no 0.33.0 series")
+    from dsv4warmup.gpu.prewarm_runner import POOL_ROW
+
+    rows = trees.json_from_tree(trees.patched_tree("0.33.0"), "-c", _POOL_TIMING)
+    assert rows[POOL_ROW]["keys"] == 5
+    assert 0.05 <= rows[POOL_ROW]["seconds"] < 5
