@@ -477,11 +477,15 @@ def resolve_legacy(point: Point) -> Resolved:
     construction, block-size and KV-planner checks, on the checkpoint-style
     ``config.json`` those releases read), then the CUDA-graph capture sizes
     the legacy drivers take: none under ``--enforce-eager``, the list given on
-    the command line, else vLLM's default rule (``serving.capture_sizes``)."""
+    the command line as vLLM keeps it (``VllmConfig._set_cudagraph_sizes``
+    drops sizes above ``max_num_batched_tokens``; none left: no CUDA graph
+    pads a batch), else vLLM's default rule (``serving.capture_sizes``)."""
     res = resolve(point)
     given = _given_flags(point.argv)
     cc = given.get("compilation_config")
     sizes = getattr(cc, "cudagraph_capture_sizes", None) if cc is not None else None
+    if sizes is not None:
+        sizes = list(res.vllm_config.compilation_config.cudagraph_capture_sizes or [])
     if given.get("enforce_eager"):
         sizes = []
     cfg = res.cfg.replace(cudagraph_capture_sizes=None if sizes is None else tuple(sizes))
@@ -530,6 +534,13 @@ BOUNDARIES: tuple[Point, ...] = (
     # FULL decode graph, so a lone decode replays PIECEWISE, its metadata unpadded
     serve(
         f"""--max-model-len 4096 --max-num-seqs 1 -cc '{{"cudagraph_capture_sizes":[2]}}' {FP8}"""
+    ),
+    # every capture size above the token budget: vLLM drops them all, no CUDA
+    # graph pads a batch (0.33.0 refuses MTP k=2 over a 2-token budget)
+    serve(
+        "--max-model-len 6 --max-num-batched-tokens 2 --max-num-seqs 1 "
+        f"""-cc '{{"cudagraph_capture_sizes":[119]}}' -sc '{MTP % 2}' {FP8}""",
+        model="pro",
     ),
 )
 
