@@ -188,7 +188,7 @@ def main() -> int:
             deepseek_v4_sparse_mla_key_warmup,
         )
 
-        deepseek_v4_sparse_mla_key_warmup(callsites.warmup_vllm_config(cfg))
+        deepseek_v4_sparse_mla_key_warmup(*callsites.key_warmup_args(cfg))
         print(f"after warmup {torch.cuda.memory_allocated() / GIB:.2f} GiB")
     runner = callsites.Runner(cfg, device="cuda")
     batches = callsites.sweep(cfg)[: args.max_batches]

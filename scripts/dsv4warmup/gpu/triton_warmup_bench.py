@@ -49,7 +49,7 @@ def child(group: str) -> None:
             deepseek_v4_sparse_mla_key_warmup,
         )
 
-        deepseek_v4_sparse_mla_key_warmup(sparse_mla.warmup_vllm_config(FLASH))
+        deepseek_v4_sparse_mla_key_warmup(*sparse_mla.key_warmup_args(FLASH))
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     by_kernel: dict[str, int] = {}
