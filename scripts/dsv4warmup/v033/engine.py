@@ -9,8 +9,10 @@ tokenizer). The platform answers as the configured NVIDIA GPU
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,13 @@ from dsv4warmup.serving import ServingConfig
 from . import platform
 
 _MODEL_DIRS: dict[str, Path] = {}
+
+
+@atexit.register
+def _remove_model_dirs() -> None:
+    # Runs in the process that made them (forked children leave with os._exit).
+    for folder in _MODEL_DIRS.values():
+        shutil.rmtree(folder, ignore_errors=True)
 # Further ``EngineArgs`` keyword arguments per configuration: the flags of a
 # ``vllm serve`` command line that ``ServingConfig`` has no field for
 # (:func:`dsv4warmup.configspace.engine_pin`).
