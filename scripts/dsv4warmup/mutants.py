@@ -33,6 +33,8 @@ _P26 = "patches/v0.26.0"
 _P25 = "patches/v0.25.1"
 _P33 = "patches/v0.33.0"
 _CLI33 = "vllm_overlay/v0.33.0/vllm/entrypoints/cli/warmup_kernels.py"
+_SHARING33 = "vllm_overlay/v0.33.0/vllm/model_executor/warmup/jit_warmup_sharing.py"
+_SHARING_TESTS = "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_compile_sharing_pass"
 _DISPATCH = "vllm_overlay/vllm/model_executor/kernels/mhc/tilelang_dispatch.py"
 _SENTINEL = "vllm_overlay/vllm/model_executor/warmup/deepseek_v4_jit_sentinel.py"
 
@@ -208,6 +210,23 @@ def mutants() -> list[Mutant]:
             '+    if active is not None and hasattr(jit_impl, "get_tir"):',
             '+    if False and active is not None and hasattr(jit_impl, "get_tir"):',
             ("tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compile_pool_pass",),
+        ),
+        # 0.33.0 0010: every rank compiles every shared key (nothing dealt).
+        Mutant(
+            "v033-sharing-deals-every-key-to-every-rank",
+            _SHARING33,
+            "(own if ranks[turn % len(ranks)] == me else others)",
+            "(own if ranks[turn % len(ranks)] is not None else others)",
+            (_SHARING_TESTS,),
+        ),
+        # 0.33.0 0010: a rank whose share fails to compile leaves the others
+        # waiting at the barrier.
+        Mutant(
+            "v033-sharing-no-wait-after-a-failed-share",
+            _patch(_P33, "0010"),
+            "+            try:\n+                compile_all(shares.first)\n+            finally:",
+            "+            if True:\n+                compile_all(shares.first)\n+            if True:",
+            (_SHARING_TESTS,),
         ),
         # 0.26.0 0010: the C128A block table counted in KV-manager blocks again.
         Mutant(

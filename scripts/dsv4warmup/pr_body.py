@@ -81,6 +81,10 @@ def topics_of(identifiers: set[str], files: list[str]) -> set[str]:
         out.add("sentinel")
     if any("compile_tilelang_warmup" in n or "tilelang_jit_warmup_num_threads" in n for n in names):
         out.add("compile-pool")
+    if any("share_compiles" in n or "warmupshares" in n for n in names) or (
+        "jit_warmup_sharing.py" in paths
+    ):
+        out.add("compile-sharing")
     return out
 
 
@@ -93,6 +97,7 @@ RESULT_WORDS: dict[str, tuple[str, ...]] = {
     "prewarm": ("pre-warm", "prewarm", "warm()"),
     "sentinel": ("sentinel",),
     "compile-pool": ("tilelang pool", "compile pool", "tilelang-threads"),
+    "compile-sharing": ("compile sharing", "shared compiles", "share_compiles"),
 }
 
 
@@ -221,6 +226,17 @@ RELATED = (
         "#56683 leaves serial, among them): one pool across the registry's TileLang kernels, "
         "elaboration on the dispatching thread as in `par_compile()`, sized by "
         "`VLLM_TILELANG_JIT_WARMUP_NUM_THREADS` (default 4, #56683's cap).",
+    ),
+    Related(
+        "sgl-project/sglang#28271",
+        "shard DeepGEMM warmup across local GPUs",
+        "closed (SGLang)",
+        ("compile-sharing",),
+        "splits DeepGEMM's warmup compiles between the GPUs of a node (each rank compiles a part "
+        "into the shared cache, then the ranks synchronise).",
+        "does the same for vLLM's JIT warmup registry (Triton and TileLang), per kernel and only "
+        "between ranks that hold the same compile keys and write the same cache directory; a rank "
+        "compiles whatever it does not find after the wait itself.",
     ),
     Related(
         "sgl-project/sglang#30255",
@@ -471,7 +487,7 @@ def submitter_block(b: BodyInput) -> str:
 def related_block(b: BodyInput, topics: set[str], level: int = 3) -> str:
     # The registry's own PRs concern a PR about the kernels it warms, not one
     # about how the registry compiles.
-    registry = version(b.base) >= (0, 29) and "compile-pool" not in topics
+    registry = version(b.base) >= (0, 29) and not topics & {"compile-pool", "compile-sharing"}
     topics = set(topics) | ({"registry"} if registry else set())
     mine = [r for r in RELATED if set(r.topics) & topics]
     rest = [r for r in RELATED if r not in mine]

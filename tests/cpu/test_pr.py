@@ -808,6 +808,23 @@ def test_compile_pool_pr_cites_the_parallel_warmup_not_the_registry_migration() 
     assert "#50175" not in mine  # the registry migration is listed, not claimed
 
 
+def test_compile_sharing_pr_cites_sglang_sharding_not_the_registry_migration() -> None:
+    topics = pr_body.topics_of(
+        {"share_compiles", "WarmupShares"},
+        ["vllm/model_executor/warmup/jit_warmup_sharing.py"],
+    )
+    assert topics == {"compile-sharing"}
+    b = pr_body.BodyInput(
+        **{
+            **{f: None for f in pr_body.BodyInput.__dataclass_fields__},
+            "base": "0.33.0",
+        }
+    )
+    mine = pr_body.related_block(b, topics).split("<details>")[0]
+    assert "sgl-project/sglang#28271" in mine and "**This PR:**" in mine
+    assert "#50175" not in mine
+
+
 def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     """A section whose heading names the PR's release counts as measured on
     this branch; the intro's release (the old series) stays flagged."""

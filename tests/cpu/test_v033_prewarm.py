@@ -283,3 +283,19 @@ def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
     res = v033_tree_pytest(tree, *files)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
+
+
+def test_tree_tests_of_compile_sharing_pass() -> None:
+    """Patch 0010's own tests: ranks that hold a kernel's keys alike and write
+    one cache directory compile disjoint round-robin shares of them (in any
+    kernel order), nothing is shared otherwise, and the registry compiles its
+    share, waits for the group (also after a failed compile, also without
+    keys), then the rest; with the registry's tests beside."""
+    tree = _tree()
+    files = [
+        tree / "tests/model_executor/test_jit_warmup_sharing.py",
+        tree / "tests/model_executor/test_jit_warmup.py",
+    ]
+    res = v033_tree_pytest(tree, *files)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
