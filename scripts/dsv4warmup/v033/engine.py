@@ -29,6 +29,8 @@ def _remove_model_dirs() -> None:
     # Runs in the process that made them (forked children leave with os._exit).
     for folder in _MODEL_DIRS.values():
         shutil.rmtree(folder, ignore_errors=True)
+
+
 # Further ``EngineArgs`` keyword arguments per configuration: the flags of a
 # ``vllm serve`` command line that ``ServingConfig`` has no field for
 # (:func:`dsv4warmup.configspace.engine_pin`).
