@@ -170,6 +170,18 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
     return plan
 
 
+def host_cpus() -> dict[str, Any]:
+    """The CPUs compiles can use: the thread pools scale only as far as
+    these go (a cgroup quota below the core count caps them unseen)."""
+    out: dict[str, Any] = {"cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}
+    quota = Path("/sys/fs/cgroup/cpu.max")
+    if quota.is_file():
+        limit, period = quota.read_text().split()
+        out["cgroup_cpus"] = None if limit == "max" else round(int(limit) / int(period), 2)
+    out["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", type=Path, required=True, help="a tree with `vllm warmup-kernels`")
@@ -203,15 +215,17 @@ def main() -> None:
         for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
             runs[name] = run_once(args.tree, flags, caches, args.runner, threads)
             print(f"{name}: {runs[name]['wall_s']:.1f} s wall", file=sys.stderr)
+    host = host_cpus()
     print(
         f"{args.variant}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
-        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}"
+        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}; host CPUs: "
+        + ", ".join(f"{k} {v}" for k, v in host.items())
     )
     print(table(runs))
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"config": vars(args) | {"tree": str(args.tree)}, "runs": runs},
+                {"config": vars(args) | {"tree": str(args.tree)}, "host": host, "runs": runs},
                 default=str,
                 indent=1,
             )

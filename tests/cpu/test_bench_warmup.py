@@ -4,6 +4,8 @@ kernels land in their family, seconds and keys add up, the table shows each run.
 from __future__ import annotations
 
 import importlib.util
+import os
+from pathlib import Path
 from typing import Any
 
 from dsv4warmup.paths import REPO
@@ -101,3 +103,11 @@ def test_table_shows_every_run() -> None:
     assert "| TileLang pool | 5 | 40.00 | 40.00 |" in text
     assert "| process wall | 32 | 80.00 | 25.00 |" in text
     assert "warm: compiled 0, loaded from the disk caches {'triton': 27}" in text
+
+
+def test_host_cpus_reports_what_compiles_may_use() -> None:
+    host = _bench().host_cpus()
+    assert host["affinity"] == len(os.sched_getaffinity(0)) >= 1
+    assert host["cpu_count"] >= host["affinity"]
+    if Path("/sys/fs/cgroup/cpu.max").is_file():
+        assert "cgroup_cpus" in host
