@@ -102,3 +102,32 @@ def test_fewer_gpus_than_world_size(
     warmup_kernels._allow_fewer_gpus_than_world_size(engine_args)
 
     assert engine_args.distributed_executor_backend == (backend or "mp")
+
+
+@pytest.mark.parametrize("triton_cache_dir_set", [False, True])
+def test_summary_says_when_vllm_serve_would_miss_the_triton_kernels(
+    triton_cache_dir_set: bool,
+) -> None:
+    summary = {
+        "deployment": {
+            "architecture": "DeepseekV4ForCausalLM",
+            "model_runner": "v2",
+            "tensor_parallel_size": 4,
+            "pipeline_parallel_size": 1,
+            "speculative_method": None,
+        },
+        "enable_jit_warmup": True,
+        "dry_run": False,
+        "kernels": [{"name": "Kernel", "backend": "triton", "keys": ["a", "b"]}],
+        "num_keys": 2,
+        "compiled": {"triton": 2},
+        "loaded_from_cache": {},
+        "cache_dirs": {"triton": "/cache/triton", "tilelang": None},
+        "triton_cache_dir_set": triton_cache_dir_set,
+        "seconds": 1.0,
+    }
+
+    lines = warmup_kernels._summary_lines(summary)
+
+    noted = [line for line in lines if "TRITON_CACHE_DIR is not set" in line]
+    assert len(noted) == (0 if triton_cache_dir_set else 1)

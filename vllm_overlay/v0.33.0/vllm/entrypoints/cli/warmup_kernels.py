@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 import typing
@@ -174,6 +175,19 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
             f"  {label}: {compiled} compiled, {loaded} loaded from the disk cache "
             f"({cache_dir or 'not installed'})"
         )
+    triton_keys = sum(
+        len(kernel["keys"])
+        for kernel in summary["kernels"]
+        if kernel["backend"] == "triton"
+    )
+    if triton_keys and not summary["triton_cache_dir_set"]:
+        # vllm serve's torch.compile points Triton at a per-rank cache under
+        # VLLM_CACHE_ROOT unless TRITON_CACHE_DIR names one.
+        lines.append(
+            "  TRITON_CACHE_DIR is not set: vllm serve will keep Triton kernels in "
+            "torch.compile's per-rank cache and compile these Triton keys again. "
+            "Set TRITON_CACHE_DIR to the same directory here and for vllm serve."
+        )
     for kernel in summary["kernels"]:
         lines.append(
             f"  {kernel['name']} ({kernel['backend']}): {len(kernel['keys'])} keys"
@@ -204,6 +218,7 @@ def warmup_kernels(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "compiled": {},
         "loaded_from_cache": {},
         "cache_dirs": offline_warmup.cache_dirs(),
+        "triton_cache_dir_set": bool(os.environ.get("TRITON_CACHE_DIR")),
         "seconds": 0.0,
     }
     exit_code = 0
