@@ -22,7 +22,8 @@ A family's seconds add up its kernels' ``compile_many`` calls: Triton kernels
 compile in parallel threads, so their seconds overlap and can exceed the wall
 time. With patch 0009 the TileLang kernels' ``compile_many`` dispatches and
 elaborates; their compiles are in the ``TileLang pool`` row (its wall time,
-which contains the mHC row's seconds). Pristine 0.33.0 has no
+which contains the mHC row's seconds and, since the registry runs its Triton
+pool beside the TileLang compiles, the Triton kernels' too). Pristine 0.33.0 has no
 offline entry point, and its start-up warmup runs only inside a serving
 worker (weights, KV cache), which the lab cannot start; its key counts per
 kernel are in ``make audit BASE=0.33.0``.

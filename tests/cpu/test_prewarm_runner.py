@@ -72,10 +72,9 @@ import json, time
 from dsv4warmup.gpu import prewarm_runner
 timings = prewarm_runner._time_compiles()
 from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
-# the registry's call, and inside it one kernel's compile_many entering again
-helper.compile_tilelang_warmup(
-    lambda: helper.compile_tilelang_warmup(lambda: time.sleep(0.05), 2), 5
-)
+# the registry's pool, and inside it one kernel's compile_many entering again
+with helper.tilelang_warmup_pool(5):
+    helper.compile_tilelang_warmup(lambda: time.sleep(0.05), 2)
 print(json.dumps(timings))
 """
 

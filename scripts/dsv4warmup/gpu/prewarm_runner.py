@@ -18,7 +18,8 @@ seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
 threads, so theirs overlap) and its key count, by kernel name; with the 0.33.0
 series' TileLang compile pool (patch 0009) also a row ``TileLang compile pool``
 (``"pool": true``) with its wall time and keys: the TileLang kernels'
-``compile_many`` then only dispatches and elaborates, the pool compiles.
+``compile_many`` then only dispatches and elaborates, the pool compiles, and
+the registry's Triton pool runs inside that wall time, beside the compiles.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -101,19 +103,24 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
     VllmJitKernel.compile_many = timed  # type: ignore[method-assign]
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 
-    pool = getattr(helper, "compile_tilelang_warmup", None)
+    pool = getattr(helper, "tilelang_warmup_pool", None)
     if pool is not None:
         depth = [0]
 
-        def timed_pool(compile_all: Any, num_keys: int) -> None:
-            # Inside the registry's pool each TileLang kernel's compile_many
-            # enters it again (a no-op there): time the outermost call only.
+        @contextlib.contextmanager
+        def timed_pool(num_keys: int) -> Iterator[None]:
+            # The registry's pool spans its TileLang compiles and the Triton
+            # pool beside them; each TileLang kernel's compile_many enters it
+            # again (a no-op there): time the outermost entry only.
             if depth[0]:
-                return pool(compile_all, num_keys)
+                with pool(num_keys):
+                    yield
+                return
             depth[0] += 1
             start = time.perf_counter()
             try:
-                pool(compile_all, num_keys)
+                with pool(num_keys):
+                    yield
             finally:
                 depth[0] -= 1
                 row = timings.setdefault(
@@ -123,7 +130,7 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
                 row["keys"] += num_keys
                 row["seconds"] += time.perf_counter() - start
 
-        helper.compile_tilelang_warmup = timed_pool
+        helper.tilelang_warmup_pool = timed_pool
     atexit.register(lambda: print(TIMINGS_PREFIX + json.dumps(timings), file=sys.stderr))
     return timings
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
-from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry, VllmJitKernel
 from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
     VllmTileLangJitKernel,
     kernel_launcher,
@@ -150,3 +150,42 @@ def test_one_thread_compiles_serially_on_the_caller(
     assert fake_tilelang == []  # JITImpl.compile(), not the pool's path
     assert JIT._kernel_cache == {(n,): ("serial", ("tir", (n,))) for n in (1, 2)}
     assert JIT.elaborated_on == [threading.current_thread().name] * 2
+
+
+def test_tilelang_keys_compile_while_the_triton_pool_runs(
+    fake_tilelang: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm.model_executor.warmup import jit_warmup_triton_helper as triton_helper
+
+    tilelang_started = threading.Event()
+    tilelang_compile = sys.modules["tilelang"].compile
+
+    def compile(prim_func: Any, **options: Any) -> Any:
+        tilelang_started.set()
+        return tilelang_compile(prim_func, **options)
+
+    monkeypatch.setattr(sys.modules["tilelang"], "compile", compile)
+
+    class PooledTritonKernel:
+        supports_parallel_compile = True
+
+    class TritonKernel(PooledTritonKernel, VllmJitKernel[int]):
+        def get_warmup_keys(self) -> list[int]:
+            return [0]
+
+        def compile(self, compile_key: int) -> None:
+            # Had the Triton pool run first, no TileLang compile would start.
+            assert tilelang_started.wait(10), "TileLang waited for the Triton pool"
+
+    monkeypatch.setattr(triton_helper, "VllmTritonJitKernel", PooledTritonKernel)
+    monkeypatch.setattr(
+        triton_helper, "compile_triton_warmup", lambda compile_all, n: compile_all()
+    )
+    registry = JitWarmupRegistry(SimpleNamespace())
+    with registry.activate():
+        TritonKernel().register_warmup()
+        ToyTileLangKernel().register_warmup(ns=(1, 2))
+
+    registry.warmup()
+
+    assert sorted(JIT._kernel_cache) == [(1,), (2,)]
