@@ -79,9 +79,10 @@ def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
-def run_once(
-    tree: Path, flags: list[str], caches: Path, runner: str, tilelang_threads: int | None = None
-) -> dict[str, Any]:
+def runner_env(
+    tree: Path, caches: Path, runner: str, tilelang_threads: int | None = None
+) -> dict[str, str]:
+    """The environment of one ``vllm warmup-kernels`` runner on ``caches``."""
     env = dict(
         os.environ,
         # the tree first, then whatever made its dependencies importable (the
@@ -96,20 +97,25 @@ def run_once(
     )
     if tilelang_threads is not None:
         env["VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"] = str(tilelang_threads)
-    start = time.perf_counter()
-    res = subprocess.run(
-        [sys.executable, "-m", "dsv4warmup.gpu.prewarm_runner", *flags, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    wall = time.perf_counter() - start
-    if res.returncode != 0:
-        sys.exit(f"error: vllm warmup-kernels exited {res.returncode}:\n{res.stderr[-4000:]}")
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    timings = timings_from(res.stderr)
+    return env
+
+
+def start_runner(flags: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], float]:
+    cmd = [sys.executable, "-m", "dsv4warmup.gpu.prewarm_runner", *flags, "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc, time.perf_counter()
+
+
+def runner_result(proc: subprocess.Popen[str], started: float) -> dict[str, Any]:
+    """Wait for a runner; its summary, timings by family and wall time."""
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"error: vllm warmup-kernels exited {proc.returncode}:\n{stderr[-4000:]}")
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    timings = timings_from(stderr)
     if timings is None:
-        sys.exit(f"error: no {TIMINGS_PREFIX!r} line from the runner:\n{res.stderr[-4000:]}")
+        sys.exit(f"error: no {TIMINGS_PREFIX!r} line from the runner:\n{stderr[-4000:]}")
     return {
         "wall_s": wall,
         "warmup_s": summary["seconds"],
@@ -117,8 +123,15 @@ def run_once(
         "compiled": summary["compiled"],
         "loaded_from_cache": summary["loaded_from_cache"],
         "families": by_family(timings),
-        "skipped": [x for x in res.stderr.splitlines() if x.startswith("lab: skipped")],
+        "skipped": [x for x in stderr.splitlines() if x.startswith("lab: skipped")],
     }
+
+
+def run_once(
+    tree: Path, flags: list[str], caches: Path, runner: str, tilelang_threads: int | None = None
+) -> dict[str, Any]:
+    env = runner_env(tree, caches, runner, tilelang_threads)
+    return runner_result(*start_runner(flags, env))
 
 
 def table(runs: dict[str, dict[str, Any]]) -> str:

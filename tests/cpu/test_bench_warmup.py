@@ -111,3 +111,31 @@ def test_host_cpus_reports_what_compiles_may_use() -> None:
     assert host["cpu_count"] >= host["affinity"]
     if Path("/sys/fs/cgroup/cpu.max").is_file():
         assert "cgroup_cpus" in host
+
+
+def test_node_table_sums_the_ranks() -> None:
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import bench_node_warmup as node
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    runs = {
+        "alone": {
+            "node_wall_s": 150.0,
+            "slowest_warmup_s": 120.0,
+            "compiled": {"tilelang": 96, "triton": 904},
+            "loaded_from_cache": {},
+        },
+        "shared": {
+            "node_wall_s": 60.0,
+            "slowest_warmup_s": 31.5,
+            "compiled": {"tilelang": 24, "triton": 904},
+            "loaded_from_cache": {"tilelang": 72},
+        },
+    }
+    text = node.table(runs, 4)
+    assert "| run (4 ranks) |" in text
+    assert "| shared | 60.0 | 31.5 | {'tilelang': 24, 'triton': 904} | {'tilelang': 72} |" in text
+    assert "| alone | 150.0 | 120.0 |" in text and "| 0 |" in text

@@ -1,9 +1,9 @@
 """One rank of a CPU tensor-parallel group running the 0.33.0 JIT warmup
 registry (patch 0010's shared cold compiles), for tests/cpu/test_v033_compile_sharing.py.
 
-The rank joins a gloo world through a file store; its tensor-parallel and
-pipeline groups are vLLM's own ``GroupCoordinator`` (CPU groups, no device
-communicator). The platform answers as an H200, and every Triton launch the
+The registry warms as a rank of a gloo tensor-parallel group through the hook
+``scripts/bench_node_warmup.py`` runs on the GPU
+(:func:`dsv4warmup.gpu.prewarm_runner.warm_as_a_tensor_parallel_rank`). The platform answers as an H200, and every Triton launch the
 registry makes is built for sm90 with Triton's real compiler
 (:func:`dsv4warmup.triton_keys.compile_launches_for_sm90`), so its disk cache
 (``TRITON_CACHE_DIR``) and compile listener behave as on the GPU.
@@ -33,23 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     from dsv4warmup.v033 import platform
 
     platform.install(platform.H200)
-    import torch.distributed as dist
-    from vllm.distributed import parallel_state as ps
-
-    dist.init_process_group(
-        "gloo", init_method=f"file://{args.store}", world_size=args.world, rank=args.rank
-    )
-    everyone = [list(range(args.world))]
-    ps._TP = ps.GroupCoordinator(everyone, args.rank, "gloo", False, group_name="tp")
-    ps._PP = ps.GroupCoordinator(
-        [[r] for r in range(args.world)], args.rank, "gloo", False, group_name="pp"
-    )
-
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
     from vllm.models.deepseek_v4.common.ops.cache_utils import (
         _COMBINE_TOPK_SWA_INDICES_KERNEL as combine,
     )
 
+    from dsv4warmup.gpu.prewarm_runner import warm_as_a_tensor_parallel_rank
     from dsv4warmup.triton_keys import compile_launches_for_sm90
 
     # What CombineTopkSwaIndicesKernel.get_warmup_keys reads of a VllmConfig.
@@ -61,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     keys = dict.fromkeys(combine.get_warmup_keys(vllm_config))
     start = time.perf_counter()
+    # The GPU node bench's hook: the registry warms as a rank of the group.
+    warm_as_a_tensor_parallel_rank(f"{args.rank}/{args.world}/{args.store}")
     with compile_launches_for_sm90() as built:
         counts = JitWarmupRegistry(vllm_config).warmup([(combine, keys)])
     result = {
@@ -72,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - start, 2),
     }
     args.out.write_text(json.dumps(result))
-    dist.destroy_process_group()
     return 0
 
 
