@@ -4,7 +4,8 @@
 #   .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
-# tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), mhc (mHC warmup vs upstream grid),
+# tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
+# scripts/bench_node_warmup.py), mhc (mHC warmup vs upstream grid),
 # first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
@@ -92,6 +93,12 @@ phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold 
   ( lab patched; cd "$REPO" && echo "### bench_warmup ${BENCH_ARGS:-}" &&
     timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_warmup.py --tree "$DSV4_VLLM_TREE" \
       ${BENCH_ARGS:-} --json "$OUT/bench_warmup.json" 2>&1 )
+}
+
+phase_bench_node() {  # scripts/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
+  ( lab patched; cd "$REPO" && echo "### bench_node_warmup ${BENCH_ARGS:-}" &&
+    timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_node_warmup.py --tree "$DSV4_VLLM_TREE" \
+      ${BENCH_ARGS:-} --json "$OUT/bench_node_warmup.json" 2>&1 )
 }
 
 phase_mhc() {
