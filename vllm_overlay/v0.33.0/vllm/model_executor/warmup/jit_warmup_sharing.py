@@ -153,9 +153,9 @@ def share_compiles(
     first_turn: dict[ItemId, int] = {}
     dealt: dict[tuple[int, ...], int] = defaultdict(int)
     for item_id in sorted(shared):
-        ranks = tuple(shared[item_id])
-        first_turn[item_id] = dealt[ranks]
-        dealt[ranks] += item_id[2]
+        dealer = tuple(shared[item_id])
+        first_turn[item_id] = dealt[dealer]
+        dealt[dealer] += item_id[2]
 
     me = group.rank_in_group
     shares = WarmupShares(first=[], wait=group.barrier)
