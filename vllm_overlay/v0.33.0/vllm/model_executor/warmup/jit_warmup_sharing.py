@@ -38,7 +38,8 @@ class WarmupShares:
     then: KernelItems = field(default_factory=list)
     # Waits until every rank of the group has compiled its share.
     wait: Callable[[], None] | None = None
-    # Shared compile keys: built here first, and by all ranks sharing them.
+    # Of the compile keys this rank shares with other ranks: its own share,
+    # and all of them.
     num_own_keys: int = 0
     num_shared_keys: int = 0
 
@@ -64,6 +65,7 @@ def shared_cache_dir(backend: str | None) -> str | None:
         os.makedirs(path, exist_ok=True)
         stat = os.stat(path)
     except Exception:
+        # Not installed, or no cache directory to write: nothing to share.
         return None
     return f"{socket.gethostname()}:{stat.st_dev}:{stat.st_ino}"
 
