@@ -124,6 +124,23 @@ def test_ranks_listing_kernels_in_another_order_deal_them_alike(
     assert len(first[0] | first[1]) == 8
 
 
+def test_ranks_listing_keys_in_another_order_deal_them_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A key set built from a set of strings is ordered per process.
+    kernel = Kernel()
+    keys = kernel.get_warmup_keys(6)
+    shares = _share(
+        monkeypatch,
+        [[(kernel, dict.fromkeys(keys))], [(kernel, dict.fromkeys(reversed(keys)))]],
+        ["host:1:2", "host:1:2"],
+    )
+    first = [set(map(repr, _keys(share.first))) for share in shares]
+    assert all(share.wait is not None for share in shares)
+    assert not first[0] & first[1]
+    assert len(first[0] | first[1]) == 6
+
+
 @pytest.mark.parametrize(
     ("max_tokens", "caches"),
     [

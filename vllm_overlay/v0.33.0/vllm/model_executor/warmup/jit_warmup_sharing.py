@@ -70,6 +70,12 @@ def shared_cache_dir(backend: str | None) -> str | None:
     return f"{socket.gethostname()}:{stat.st_dev}:{stat.st_ino}"
 
 
+def _in_stable_order(compile_keys: dict[Any, None]) -> list[Any]:
+    """The keys in an order every rank agrees on (a key set built from a set of
+    strings is listed in another order in each process)."""
+    return sorted(compile_keys, key=repr)
+
+
 # (cache directory, kernel type, number of keys, digest of the keys, occurrence)
 ItemId = tuple[str, str, int, str, int]
 
@@ -88,8 +94,8 @@ def _item_ids(
             continue
         kernel_type = type(kernel)
         name = f"{kernel_type.__module__}.{kernel_type.__qualname__}"
-        digest = hashlib.sha256(repr(list(compile_keys)).encode()).hexdigest()
-        item = (cache_dir, name, len(compile_keys), digest)
+        digest = hashlib.sha256(repr(_in_stable_order(compile_keys)).encode())
+        item = (cache_dir, name, len(compile_keys), digest.hexdigest())
         # Two kernels of one class with the same keys stay two items.
         seen[item] += 1
         ids.append((*item, seen[item]))
@@ -169,7 +175,8 @@ def share_compiles(
         assert item_id is not None
         own: dict[Any, None] = {}
         others: dict[Any, None] = {}
-        for turn, compile_key in enumerate(compile_keys, first_turn[item_id]):
+        dealt_keys = _in_stable_order(compile_keys)
+        for turn, compile_key in enumerate(dealt_keys, first_turn[item_id]):
             (own if ranks[turn % len(ranks)] == me else others)[compile_key] = None
         if own:
             shares.first.append((kernel, own))
