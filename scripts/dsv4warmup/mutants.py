@@ -219,6 +219,18 @@ def mutants() -> list[Mutant]:
             "(own if ranks[turn % len(ranks)] is not None else others)",
             (_SHARING_TESTS,),
         ),
+        # 0.33.0 0010: Triton-derived keys identified by their process-local
+        # repr (JIT function id, device): ranks never share those kernels.
+        Mutant(
+            "v033-sharing-ids-from-process-local-repr",
+            _SHARING33,
+            "    if jit_keys is not None:",
+            "    if False:",
+            (
+                "tests/cpu/test_v033_compile_sharing.py::"
+                "test_report_deployment_kernels_have_one_id_in_every_process",
+            ),
+        ),
         # 0.33.0 0010: a rank whose share fails to compile leaves the others
         # waiting at the barrier.
         Mutant(

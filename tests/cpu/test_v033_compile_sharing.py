@@ -10,6 +10,9 @@ compiled or loaded is Triton's own disk-cache verdict
 * In the same run, a rank with its own cache directory shares nothing and
   compiles every key itself (the counters' positive control, and the
   fallback that keeps a rank that cannot read the others' binaries correct).
+* For the report's deployment, two processes with different hash seeds give
+  every Triton and TileLang kernel the same id (what the ranks gather), so
+  a real node shares all of them (:mod:`dsv4warmup.v033.sharing_ids`).
 """
 
 from __future__ import annotations
@@ -66,3 +69,29 @@ def test_ranks_sharing_a_cache_build_each_binary_once(tmp_path: Path) -> None:
     # Rank 2, its own cache: shares nothing, builds all (the counters see builds).
     assert (r2["compiled"], r2["loaded"]) == (keys, 0)
     assert len(list(shared.rglob("*.cubin"))) == keys
+
+
+def test_report_deployment_kernels_have_one_id_in_every_process() -> None:
+    tree = trees.patched_tree(BASE)
+    path = [*map(str, toolchains.extra_python_path(BASE)), str(tree), str(REPO / "scripts")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dsv4warmup.v033.sharing_ids", "flash"],
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(path), PYTHONHASHSEED=seed),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("1", "2")
+    ]
+    outs = [proc.communicate(timeout=900) for proc in procs]
+    for proc, (_, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err[-4000:]
+    first, second = (json.loads(out.strip().splitlines()[-1]) for out, _ in outs)
+    assert first == second
+    ids = [item_id for _, item_id in first if item_id is not None]
+    names = {item_id[1].rsplit(".", 1)[-1] for item_id in ids}
+    # Every Triton and TileLang kernel of the deployment (CuTeDSL ones are not
+    # shared), decorator-made ones (the sampler's) named by their function.
+    assert len(ids) >= 20
+    assert {"BuildC128ATopkMetadataKernel", "MhcPreBigFuseTileLangKernel", "_topk_topp"} <= names

@@ -186,6 +186,31 @@ def test_kernels_without_a_shared_backend_are_compiled_by_every_rank(
     assert all(share.first == items and share.wait is None for share in shares)
 
 
+def test_triton_derived_keys_are_identified_across_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm.model_executor.warmup.jit_warmup_triton_helper import (
+        TritonCompileKey,
+        TritonJitKey,
+    )
+
+    def key(function_id: int, device: int, *cache_keys: str) -> TritonCompileKey:
+        return TritonCompileKey(
+            frozenset(TritonJitKey(function_id, "fn", device, c) for c in cache_keys),
+            inputs=(),
+        )
+
+    kernel = Kernel()
+    # The JIT function's id and the device are process-local.
+    ranks = [
+        [(kernel, dict.fromkeys([key(0x1000, 0, "a", "b"), key(0x1000, 0, "c")]))],
+        [(kernel, dict.fromkeys([key(0x2000, 1, "c"), key(0x2000, 1, "b", "a")]))],
+    ]
+    shares = _share(monkeypatch, ranks, ["host:1:2", "host:1:2"])
+    assert all(share.wait is not None for share in shares)
+    assert [share.num_own_keys for share in shares] == [1, 1]
+
+
 def test_single_process_is_not_shared() -> None:
     items = _items((Kernel(), 3))
     share = share_compiles(items, lambda kernel: "triton")

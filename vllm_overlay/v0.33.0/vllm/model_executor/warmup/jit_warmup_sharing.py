@@ -70,10 +70,30 @@ def shared_cache_dir(backend: str | None) -> str | None:
     return f"{socket.gethostname()}:{stat.st_dev}:{stat.st_ino}"
 
 
+def _stable_repr(compile_key: Any) -> str:
+    """A compile key as the same string in every rank's process.
+
+    Triton-derived keys are described by their Triton cache keys: the JIT
+    function's id and the device they also hold differ between processes.
+    """
+    jit_keys = getattr(compile_key, "jit_keys", None)
+    if jit_keys is not None:
+        return repr(sorted(repr(jit_key.cache_key) for jit_key in jit_keys))
+    return repr(compile_key)
+
+
 def _in_stable_order(compile_keys: dict[Any, None]) -> list[Any]:
     """The keys in an order every rank agrees on (a key set built from a set of
     strings is listed in another order in each process)."""
-    return sorted(compile_keys, key=repr)
+    return sorted(compile_keys, key=_stable_repr)
+
+
+def _kernel_name(kernel: Any) -> str:
+    """The kernel's class, or the function a decorator-made kernel wraps."""
+    name = getattr(kernel, "__qualname__", None)
+    if not isinstance(name, str):
+        name = type(kernel).__qualname__
+    return f"{getattr(kernel, '__module__', type(kernel).__module__)}.{name}"
 
 
 # (cache directory, kernel type, number of keys, digest of the keys, occurrence)
@@ -92,10 +112,9 @@ def _item_ids(
         if cache_dir is None:
             ids.append(None)
             continue
-        kernel_type = type(kernel)
-        name = f"{kernel_type.__module__}.{kernel_type.__qualname__}"
-        digest = hashlib.sha256(repr(_in_stable_order(compile_keys)).encode())
-        item = (cache_dir, name, len(compile_keys), digest.hexdigest())
+        described = [_stable_repr(key) for key in _in_stable_order(compile_keys)]
+        digest = hashlib.sha256(repr(described).encode()).hexdigest()
+        item = (cache_dir, _kernel_name(kernel), len(compile_keys), digest)
         # Two kernels of one class with the same keys stay two items.
         seen[item] += 1
         ids.append((*item, seen[item]))
