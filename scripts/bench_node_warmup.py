@@ -12,7 +12,7 @@ together on empty caches:
 
 * ``alone``: no process group, so every rank compiles every key (how ranks
   warmed before patch 0010);
-* ``shared``: the ranks form a gloo TP group (``DSV4_TP_GROUP``) at the
+* ``shared``: the ranks form a gloo TP group (``DSV4_TP_RANK``, ``DSV4_TP_STORE``) at the
   registry's warmup, so each compiles its share and loads the rest;
 * ``warm``: ``shared`` again on the caches it filled (a restart).
 
@@ -45,7 +45,8 @@ def run_node(
         if triton_per_rank:
             env["TRITON_CACHE_DIR"] = str(caches / f"triton-rank{rank}")
         if shared:
-            env["DSV4_TP_GROUP"] = f"{rank}/{ranks}/{caches / 'tp-store'}"
+            env["DSV4_TP_RANK"] = f"{rank}/{ranks}"
+            env["DSV4_TP_STORE"] = str(caches / "tp-store")
         started.append(bench_warmup.start_runner(flags, env))
     results = [bench_warmup.runner_result(*s) for s in started]
     (caches / "tp-store").unlink(missing_ok=True)

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dsv4warmup import toolchains, trees
 from dsv4warmup.paths import REPO
 
@@ -95,3 +96,12 @@ def test_report_deployment_kernels_have_one_id_in_every_process() -> None:
     # shared), decorator-made ones (the sampler's) named by their function.
     assert len(ids) >= 20
     assert {"BuildC128ATopkMetadataKernel", "MhcPreBigFuseTileLangKernel", "_topk_topp"} <= names
+
+
+@pytest.mark.parametrize("bad", ["2/2", "0", "a/2", "0/2/x", ""])
+def test_rank_of_world_is_checked(bad: str) -> None:
+    from dsv4warmup.v033.tp_group import parse
+
+    assert parse("1/4") == (1, 4)
+    with pytest.raises(ValueError, match="not rank/world"):
+        parse(bad)

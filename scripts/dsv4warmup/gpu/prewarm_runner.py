@@ -13,8 +13,9 @@ lacks, the indexer's DeepGEMM check answered yes; mHC still sees no DeepGEMM)
 and skips the CuTeDSL kernels' compiles (none is this series'), naming them on
 stderr (``lab: skipped``). On a full install it runs the command unchanged.
 
-``DSV4_TP_GROUP=rank/world/store``: the registry warms as one rank of a gloo
-tensor-parallel group of such processes (``scripts/bench_node_warmup.py``).
+``DSV4_TP_RANK=rank/world`` and ``DSV4_TP_STORE=<file>``: the registry warms as
+one rank of a gloo tensor-parallel group of such processes, joined through that
+file store (``scripts/bench_node_warmup.py``).
 
 ``DSV4_PREWARM_TIMINGS=1``: one more stderr line, ``timings: {json}``, with the
 seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
@@ -35,6 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -138,15 +140,16 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
     return timings
 
 
-def warm_as_a_tensor_parallel_rank(spec: str) -> None:
+def warm_as_a_tensor_parallel_rank(rank_of_world: str, store: Path) -> None:
     """Run the registry's warmup as one rank of a gloo TP group of processes
-    (``DSV4_TP_GROUP=rank/world/store``), as a serving node's ranks run it:
+    (``rank/world``, joined through the file ``store``), as a serving node's
+    ranks run it:
     the command collects its registrations in its own one-rank world first,
     then warms in the group, where patch 0010 shares cold compiles."""
     from dsv4warmup.v033.tp_group import parse, tensor_parallel_group
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
 
-    rank, world, store = parse(spec)
+    rank, world = parse(rank_of_world)
     warmup = JitWarmupRegistry.warmup
 
     def as_rank(self: Any, kernel_items: Any = None) -> Any:
@@ -172,8 +175,10 @@ def main(argv: list[str]) -> None:
         VllmCuTeDSLJitKernel.compile_many = skip  # type: ignore[method-assign]
     if os.environ.get("DSV4_PREWARM_TIMINGS") == "1":
         _time_compiles()
-    if os.environ.get("DSV4_TP_GROUP"):
-        warm_as_a_tensor_parallel_rank(os.environ["DSV4_TP_GROUP"])
+    if os.environ.get("DSV4_TP_RANK"):
+        warm_as_a_tensor_parallel_rank(
+            os.environ["DSV4_TP_RANK"], Path(os.environ["DSV4_TP_STORE"])
+        )
     parser = FlexibleArgumentParser(prog="vllm")
     subparsers = parser.add_subparsers(dest="subparser")
     WarmupKernelsSubcommand().subparser_init(subparsers)

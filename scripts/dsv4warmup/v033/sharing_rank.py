@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = dict.fromkeys(combine.get_warmup_keys(vllm_config))
     start = time.perf_counter()
     # The GPU node bench's hook: the registry warms as a rank of the group.
-    warm_as_a_tensor_parallel_rank(f"{args.rank}/{args.world}/{args.store}")
+    warm_as_a_tensor_parallel_rank(f"{args.rank}/{args.world}", args.store)
     with compile_launches_for_sm90() as built:
         counts = JitWarmupRegistry(vllm_config).warmup([(combine, keys)])
     result = {

@@ -32,7 +32,9 @@ def tensor_parallel_group(rank: int, world: int, store: Path) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def parse(spec: str) -> tuple[int, int, Path]:
-    """``rank/world/store`` (the ``DSV4_TP_GROUP`` variable) as its parts."""
-    rank, world, store = spec.split("/", 2)
-    return int(rank), int(world), Path(store)
+def parse(rank_of_world: str) -> tuple[int, int]:
+    """``rank/world`` (the ``DSV4_TP_RANK`` variable) as two ints."""
+    rank, _, world = rank_of_world.partition("/")
+    if not (rank.isdigit() and world.isdigit() and int(rank) < int(world)):
+        raise ValueError(f"not rank/world: {rank_of_world!r}")
+    return int(rank), int(world)
