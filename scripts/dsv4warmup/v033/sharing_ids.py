@@ -6,9 +6,9 @@ Collects the JIT warmup registrations ``vllm warmup-kernels`` would warm for the
 deployment (the tree's CLI on CPU, platform answering as an H200, ``--dry-run``)
 and prints one JSON list: per kernel, its name and the id
 ``jit_warmup_sharing._item_ids`` gives it, or null where its backend is not
-shared. Every Triton and TileLang kernel writes one stand-in cache directory
-here, so two processes print equal ids exactly where their rank processes
-would share the kernel's compiles.
+shared (the registry's own ``jit_backend``). Every Triton and TileLang kernel
+writes one stand-in cache directory here, so two processes print equal ids
+exactly where their rank processes would share the kernel's compiles.
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ def item_ids(variant: str) -> list[tuple[str, Any]]:
     with cpu_cli.cpu_session():
         from vllm.model_executor.warmup import jit_warmup_sharing
         from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
-        from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
-            VllmTileLangJitKernel,
-        )
-        from vllm.model_executor.warmup.jit_warmup_triton_helper import VllmTritonJitKernel
 
         collected: list[Any] = []
         warmup_keys = JitWarmupRegistry.warmup_keys
@@ -38,13 +34,6 @@ def item_ids(variant: str) -> list[tuple[str, Any]]:
             items = warmup_keys(self)
             collected.extend(items)
             return items
-
-        def backend_of(kernel: Any) -> str | None:
-            if isinstance(kernel, VllmTritonJitKernel):
-                return "triton"
-            if isinstance(kernel, VllmTileLangJitKernel):
-                return "tilelang"
-            return None
 
         JitWarmupRegistry.warmup_keys = keep  # type: ignore[method-assign]
         cfg = FLASH if variant == "flash" else PRO
@@ -55,7 +44,7 @@ def item_ids(variant: str) -> list[tuple[str, Any]]:
         shared_cache_dir = jit_warmup_sharing.shared_cache_dir
         jit_warmup_sharing.shared_cache_dir = lambda b: "cache" if b else None
         try:
-            ids = jit_warmup_sharing._item_ids(collected, backend_of)
+            ids = jit_warmup_sharing._item_ids(collected, jit_warmup_sharing.jit_backend)
         finally:
             jit_warmup_sharing.shared_cache_dir = shared_cache_dir
         return [

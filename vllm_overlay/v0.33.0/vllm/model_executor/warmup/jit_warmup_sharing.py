@@ -44,6 +44,26 @@ class WarmupShares:
     num_shared_keys: int = 0
 
 
+def jit_backend(kernel: Any) -> str | None:
+    """The compiler whose disk cache ``kernel`` writes on CUDA (``"triton"``,
+    ``"tilelang"``), or None for kernels whose compiles are not shared."""
+    from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
+        VllmTileLangJitKernel,
+    )
+    from vllm.model_executor.warmup.jit_warmup_triton_helper import (
+        VllmTritonJitKernel,
+    )
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda():
+        return None
+    if isinstance(kernel, VllmTritonJitKernel):
+        return "triton"
+    if isinstance(kernel, VllmTileLangJitKernel):
+        return "tilelang"
+    return None
+
+
 def shared_cache_dir(backend: str | None) -> str | None:
     """Which directory ``backend`` writes compiled kernels to, as
     ``host:device:inode``; None if other processes cannot read them there."""
@@ -107,12 +127,16 @@ def _item_ids(
     the same kernel into the same cache directory; None if not shareable."""
     ids: list[ItemId | None] = []
     seen: dict[tuple[str, str, int, str], int] = defaultdict(int)
+    cache_dirs: dict[str | None, str | None] = {}
     for kernel, compile_keys in kernel_items:
-        cache_dir = shared_cache_dir(backend_of(kernel))
+        backend = backend_of(kernel)
+        if backend not in cache_dirs:
+            cache_dirs[backend] = shared_cache_dir(backend)
+        cache_dir = cache_dirs[backend]
         if cache_dir is None:
             ids.append(None)
             continue
-        described = [_stable_repr(key) for key in _in_stable_order(compile_keys)]
+        described = sorted(map(_stable_repr, compile_keys))
         digest = hashlib.sha256(repr(described).encode()).hexdigest()
         item = (cache_dir, _kernel_name(kernel), len(compile_keys), digest)
         # Two kernels of one class with the same keys stay two items.
@@ -148,7 +172,8 @@ def share_compiles(
         kernel_items: ``(kernel, compile keys)`` pairs to warm, as
             ``JitWarmupRegistry.warmup_keys()`` returns them.
         backend_of: The JIT backend of a kernel (``"triton"``, ``"tilelang"``)
-            or None for kernels whose compiles are not shared.
+            or None for kernels whose compiles are not shared
+            (:func:`jit_backend`).
 
     Returns:
         ``first`` (this rank's share and unshared kernels) and ``then`` (the
