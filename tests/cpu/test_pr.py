@@ -790,20 +790,24 @@ def test_topics_of_0_33_class_names() -> None:
     assert pr_body.topics_of({"load_model"}, ["vllm/v1/worker/gpu_model_runner.py"]) == set()
 
 
-def test_compile_pool_pr_cites_the_parallel_warmup_not_the_registry_migration() -> None:
-    topics = pr_body.topics_of(
-        {"compile_tilelang_warmup", "VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"},
-        ["vllm/model_executor/warmup/jit_warmup_tilelang_helper.py"],
-    )
-    assert topics == {"compile-pool"}
+def _related_work_claimed_on_0_33(topics: set[str]) -> str:
+    """A 0.33.0 PR's related-work block up to the list it does not claim."""
     b = pr_body.BodyInput(
         **{
             **{f: None for f in pr_body.BodyInput.__dataclass_fields__},
             "base": "0.33.0",
         }
     )
-    text = pr_body.related_block(b, topics)
-    mine = text.split("<details>")[0]
+    return pr_body.related_block(b, topics).split("<details>")[0]
+
+
+def test_compile_pool_pr_cites_the_parallel_warmup_not_the_registry_migration() -> None:
+    topics = pr_body.topics_of(
+        {"compile_tilelang_warmup", "VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"},
+        ["vllm/model_executor/warmup/jit_warmup_tilelang_helper.py"],
+    )
+    assert topics == {"compile-pool"}
+    mine = _related_work_claimed_on_0_33(topics)
     assert "vllm-project/vllm#56683" in mine and "**This PR:**" in mine
     assert "#50175" not in mine  # the registry migration is listed, not claimed
 
@@ -814,13 +818,7 @@ def test_compile_sharing_pr_cites_sglang_sharding_not_the_registry_migration() -
         ["vllm/model_executor/warmup/jit_warmup_sharing.py"],
     )
     assert topics == {"compile-sharing"}
-    b = pr_body.BodyInput(
-        **{
-            **{f: None for f in pr_body.BodyInput.__dataclass_fields__},
-            "base": "0.33.0",
-        }
-    )
-    mine = pr_body.related_block(b, topics).split("<details>")[0]
+    mine = _related_work_claimed_on_0_33(topics)
     assert "sgl-project/sglang#28271" in mine and "**This PR:**" in mine
     assert "#50175" not in mine
 

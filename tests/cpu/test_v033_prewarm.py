@@ -255,19 +255,24 @@ def test_one_gpu_host_prewarms_a_tp4_deployment(runs: dict[str, Any]) -> None:
     assert keys(one_gpu) == keys(eight_gpus)
 
 
+def _tree_tests_pass(*files: str, env: dict[str, str] | None = None) -> None:
+    """The patched tree's own test ``files`` pass, none skipped."""
+    tree = _tree()
+    res = v033_tree_pytest(tree, *(tree / f for f in files), env=env)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
+
+
 def test_tree_tests_of_the_command_pass_on_a_one_gpu_host() -> None:
     """The tree's own tests of ``vllm warmup-kernels``, the offline warmup and
     the registry pass with the platform answering as a one-GPU host (an
     image build machine, the GPU lab): nothing there may need TP x PP GPUs."""
-    tree = _tree()
-    files = [
-        tree / "tests/entrypoints/unit_tests/test_warmup_kernels_cli.py",
-        tree / "tests/model_executor/test_offline_warmup.py",
-        tree / "tests/model_executor/test_jit_warmup.py",
-    ]
-    res = v033_tree_pytest(tree, *files, env={"DSV4_CPU_HOSTED_GPU_COUNT": "1"})
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
+    _tree_tests_pass(
+        "tests/entrypoints/unit_tests/test_warmup_kernels_cli.py",
+        "tests/model_executor/test_offline_warmup.py",
+        "tests/model_executor/test_jit_warmup.py",
+        env={"DSV4_CPU_HOSTED_GPU_COUNT": "1"},
+    )
 
 
 def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
@@ -275,14 +280,10 @@ def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
     dispatching thread, compiles in the pool (a barrier fails serial ones),
     every key in the JIT's call cache, the first error re-raised after the
     rest, one thread = the serial path; with the registry's tests beside."""
-    tree = _tree()
-    files = [
-        tree / "tests/model_executor/test_jit_warmup_tilelang_parallel.py",
-        tree / "tests/model_executor/test_jit_warmup.py",
-    ]
-    res = v033_tree_pytest(tree, *files)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
+    _tree_tests_pass(
+        "tests/model_executor/test_jit_warmup_tilelang_parallel.py",
+        "tests/model_executor/test_jit_warmup.py",
+    )
 
 
 def test_tree_tests_of_compile_sharing_pass() -> None:
@@ -291,11 +292,6 @@ def test_tree_tests_of_compile_sharing_pass() -> None:
     kernel order), nothing is shared otherwise, and the registry compiles its
     share, waits for the group (also after a failed compile, also without
     keys), then the rest; with the registry's tests beside."""
-    tree = _tree()
-    files = [
-        tree / "tests/model_executor/test_jit_warmup_sharing.py",
-        tree / "tests/model_executor/test_jit_warmup.py",
-    ]
-    res = v033_tree_pytest(tree, *files)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    assert " passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
+    _tree_tests_pass(
+        "tests/model_executor/test_jit_warmup_sharing.py", "tests/model_executor/test_jit_warmup.py"
+    )
