@@ -118,7 +118,8 @@ def main() -> None:
             caches = Path(tmp) / ("caches-shared" if name == "warm" else f"caches-{name}")
             shared = name != "alone"
             runs[name] = run_node(args.tree, flags, caches, args.ranks, shared, per_rank)
-            print(f"{name}: {runs[name]['node_wall_s']:.1f} s node wall", file=sys.stderr)
+            # each run's row as it ends: a run cut by a time limit keeps the earlier ones
+            print(table({name: runs[name]}, args.ranks).splitlines()[-1], file=sys.stderr)
     host = bench_warmup.host_cpus()
     print(
         f"{args.variant}, TP {args.ranks} ranks on one node, max_num_batched_tokens "
