@@ -69,14 +69,22 @@ def run_node(
 
 
 def table(runs: dict[str, dict[str, Any]], ranks: int) -> str:
+    phases = ("TileLang pool", "Triton pool", "wait")
     lines = [
-        f"| run ({ranks} ranks) | node wall s | slowest rank's warmup s | compiled | loaded |",
-        "|---|---|---|---|---|",
+        f"| run ({ranks} ranks) | node wall s | slowest rank's warmup s | "
+        + " | ".join(f"{p} s per rank" for p in phases)
+        + " | compiled | loaded |",
+        "|---|---|---|" + "---|" * len(phases) + "---|---|",
     ]
     for name, r in runs.items():
+        per_rank = [
+            "/".join(f"{rank['families'][p]['seconds']:.1f}" for rank in r["ranks"])
+            for p in phases
+        ]
         lines.append(
-            f"| {name} | {r['node_wall_s']:.1f} | {r['slowest_warmup_s']:.1f} "
-            f"| {r['compiled'] or 0} | {r['loaded_from_cache'] or 0} |"
+            f"| {name} | {r['node_wall_s']:.1f} | {r['slowest_warmup_s']:.1f} | "
+            + " | ".join(per_rank)
+            + f" | {r['compiled'] or 0} | {r['loaded_from_cache'] or 0} |"
         )
     return "\n".join(lines)
 

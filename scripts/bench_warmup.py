@@ -44,9 +44,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from dsv4warmup.gpu.prewarm_runner import POOL_ROW, TIMINGS_PREFIX, timings_from  # noqa: E402
+from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402
+    POOL_ROW,
+    TIMINGS_PREFIX,
+    TRITON_POOL_ROW,
+    WAIT_ROW,
+    timings_from,
+)
 
-FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other", "TileLang pool")
+FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other", "TileLang pool", "Triton pool", "wait")
 _SPARSE_MLA = {"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"}
 _SPEC_DECODE = {
     "MTPSharedHeadRMSNormKernel",
@@ -60,6 +66,10 @@ def family(name: str, module: str) -> str:
     """The kernel family of a registered kernel (its name and module)."""
     if name == POOL_ROW:
         return "TileLang pool"
+    if name == TRITON_POOL_ROW:
+        return "Triton pool"
+    if name == WAIT_ROW:
+        return "wait"
     if name in _SPARSE_MLA:
         return "sparse-MLA"
     if name in _SPEC_DECODE or name.startswith(("_eagle_", "eagle_")):

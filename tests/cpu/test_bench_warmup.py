@@ -61,6 +61,18 @@ TIMINGS = {
         "seconds": 40.0,
         "pool": True,
     },
+    "Triton compile pool": {
+        "module": "vllm.model_executor.warmup.jit_warmup_triton_helper",
+        "keys": 25,
+        "seconds": 6.5,
+        "pool": True,
+    },
+    "wait for the other ranks": {
+        "module": "vllm.model_executor.warmup.jit_warmup_sharing",
+        "keys": 0,
+        "seconds": 2.25,
+        "pool": True,
+    },
 }
 
 
@@ -71,6 +83,8 @@ def test_families_add_up() -> None:
     assert families["mHC"] == {"keys": 5, "seconds": 35.0}
     assert families["other"] == {"keys": 2, "seconds": 0.1}
     assert families["TileLang pool"] == {"keys": 5, "seconds": 40.0}
+    assert families["Triton pool"] == {"keys": 25, "seconds": 6.5}
+    assert families["wait"] == {"keys": 0, "seconds": 2.25}
 
 
 def test_runs_plan_a_cold_run_per_tilelang_thread_count(tmp_path: Any) -> None:
@@ -121,21 +135,28 @@ def test_node_table_sums_the_ranks() -> None:
         import bench_node_warmup as node
     finally:
         sys.path.remove(str(REPO / "scripts"))
+    families = _bench().by_family(TIMINGS)
+    waited = dict(families, wait={"keys": 0, "seconds": 9.0})
     runs = {
         "alone": {
             "node_wall_s": 150.0,
             "slowest_warmup_s": 120.0,
             "compiled": {"tilelang": 96, "triton": 904},
             "loaded_from_cache": {},
+            "ranks": [{"families": families}] * 2,
         },
         "shared": {
             "node_wall_s": 60.0,
             "slowest_warmup_s": 31.5,
             "compiled": {"tilelang": 24, "triton": 904},
             "loaded_from_cache": {"tilelang": 72},
+            "ranks": [{"families": families}, {"families": waited}],
         },
     }
     text = node.table(runs, 4)
-    assert "| run (4 ranks) |" in text
-    assert "| shared | 60.0 | 31.5 | {'tilelang': 24, 'triton': 904} | {'tilelang': 72} |" in text
+    assert "| run (4 ranks) |" in text and "| wait s per rank |" in text
+    assert (
+        "| shared | 60.0 | 31.5 | 40.0/40.0 | 6.5/6.5 | 2.2/9.0 "
+        "| {'tilelang': 24, 'triton': 904} | {'tilelang': 72} |"
+    ) in text
     assert "| alone | 150.0 | 120.0 |" in text and "| 0 |" in text

@@ -70,23 +70,33 @@ def test_without_its_op_stubs_the_command_stops_as_on_the_lab(tmp_path: Path) ->
 _POOL_TIMING = """
 import json, time
 from dsv4warmup.gpu import prewarm_runner
+from vllm.model_executor.warmup import jit_warmup_sharing as sharing
+# a rank of a group: its wait at the barrier takes 0.05 s
+sharing.share_compiles = lambda items, backend_of: sharing.WarmupShares(
+    first=items, wait=lambda: time.sleep(0.05))
 timings = prewarm_runner._time_compiles()
 from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
+from vllm.model_executor.warmup import jit_warmup_triton_helper as triton_helper
 # the registry's pool, and inside it one kernel's compile_many entering again
 with helper.tilelang_warmup_pool(5):
     helper.compile_tilelang_warmup(lambda: time.sleep(0.05), 2)
+    triton_helper.compile_triton_warmup(lambda: time.sleep(0.05), 3)
+sharing.share_compiles([], None).wait()
 print(json.dumps(timings))
 """
 
 
-def test_pool_row_counts_the_outermost_pool_only() -> None:
+def test_pool_rows_count_the_outermost_pool_only() -> None:
     """The ``TileLang compile pool`` row: the registry's pool once, not again
     for each kernel's ``compile_many`` that re-enters it inside (the first H200
     bench showed 48 keys for 24 TileLang compiles)."""
     if not (PATCHES / "v0.33.0").is_dir():
         pytest.skip("no 0.33.0 series")
-    from dsv4warmup.gpu.prewarm_runner import POOL_ROW
+    from dsv4warmup.gpu.prewarm_runner import POOL_ROW, TRITON_POOL_ROW, WAIT_ROW
 
     rows = trees.json_from_tree(trees.patched_tree("0.33.0"), "-c", _POOL_TIMING)
     assert rows[POOL_ROW]["keys"] == 5
-    assert 0.05 <= rows[POOL_ROW]["seconds"] < 5
+    assert 0.1 <= rows[POOL_ROW]["seconds"] < 5
+    assert rows[TRITON_POOL_ROW]["keys"] == 3
+    assert 0.05 <= rows[TRITON_POOL_ROW]["seconds"] < rows[POOL_ROW]["seconds"]
+    assert rows[WAIT_ROW]["keys"] == 0 and 0.05 <= rows[WAIT_ROW]["seconds"] < 5

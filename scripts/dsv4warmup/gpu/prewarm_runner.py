@@ -23,7 +23,10 @@ threads, so theirs overlap) and its key count, by kernel name; with the 0.33.0
 series' TileLang compile pool (patch 0009) also a row ``TileLang compile pool``
 (``"pool": true``) with its wall time and keys: the TileLang kernels'
 ``compile_many`` then only dispatches and elaborates, the pool compiles, and
-the registry's Triton pool runs inside that wall time, beside the compiles.
+the registry's Triton pool runs inside that wall time, beside the compiles;
+``Triton compile pool`` (its wall time each time the registry runs it) and,
+for a rank of a TP group (patch 0010), ``wait for the other ranks`` (seconds
+at the barrier after its own share).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from unittest import mock
 
 TIMINGS_PREFIX = "timings: "
 POOL_ROW = "TileLang compile pool"
+TRITON_POOL_ROW = "Triton compile pool"
+# Patch 0010: the time a rank waits at the barrier for the other ranks' shares.
+WAIT_ROW = "wait for the other ranks"
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
 # The stand-ins stay for the whole process: a context manager entered without a
@@ -136,6 +142,47 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
                 row["seconds"] += time.perf_counter() - start
 
         helper.tilelang_warmup_pool = timed_pool
+
+    def add_row(name: str, module: str, keys: int, seconds: float) -> None:
+        row = timings.setdefault(name, {"module": module, "keys": 0, "seconds": 0.0, "pool": True})
+        row["keys"] += keys
+        row["seconds"] += seconds
+
+    from vllm.model_executor.warmup import jit_warmup_triton_helper as triton_helper
+
+    triton_pool = triton_helper.compile_triton_warmup
+
+    def timed_triton_pool(compile_all: Any, num_keys: int) -> None:
+        start = time.perf_counter()
+        try:
+            triton_pool(compile_all, num_keys)
+        finally:
+            add_row(TRITON_POOL_ROW, triton_helper.__name__, num_keys, time.perf_counter() - start)
+
+    triton_helper.compile_triton_warmup = timed_triton_pool
+    try:
+        from vllm.model_executor.warmup import jit_warmup_sharing as sharing
+    except ImportError:  # the series before patch 0010
+        sharing = None
+    if sharing is not None:
+        share_compiles = sharing.share_compiles
+
+        def timed_shares(*args: Any, **kwargs: Any) -> Any:
+            shares = share_compiles(*args, **kwargs)
+            wait = shares.wait
+            if wait is not None:
+
+                def timed_wait() -> None:
+                    start = time.perf_counter()
+                    try:
+                        wait()
+                    finally:
+                        add_row(WAIT_ROW, sharing.__name__, 0, time.perf_counter() - start)
+
+                shares.wait = timed_wait
+            return shares
+
+        sharing.share_compiles = timed_shares
     atexit.register(lambda: print(TIMINGS_PREFIX + json.dumps(timings), file=sys.stderr))
     return timings
 
