@@ -219,11 +219,12 @@ def test_warmup_pool_compiles_through_the_processes(
     monkeypatch.setenv("VLLM_TILELANG_JIT_WARMUP_NUM_THREADS", "2")
     jit = _ElaboratingJit()
 
+    def compile_all() -> None:
+        for name in ("a", "b", "c"):
+            helper.compile_tilelang(jit, name)
+
     with count_compiles() as counts:
-        helper.compile_tilelang_warmup(
-            lambda: [helper.compile_tilelang(jit, name) for name in ("a", "b", "c")],
-            3,
-        )
+        helper.compile_tilelang_warmup(compile_all, 3)
 
     compiles = _compiles(cache)
     assert sorted(c["func"] for c in compiles) == ["a", "b", "c"]
