@@ -89,14 +89,14 @@ phase_bench() {  # warmup costs, cold and warm disk caches
     timeout ${PHASE_TIMEOUT:-600} python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 )
 }
 
-phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold and warm (#18)
-  ( lab patched; cd "$REPO" && echo "### bench_warmup ${BENCH_ARGS:-}" &&
+phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold and warm (#18); BENCH_TREE picks the tree
+  ( lab ${BENCH_TREE:-patched}; cd "$REPO" && echo "### bench_warmup ${BENCH_ARGS:-}" &&
     timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_warmup.py --tree "$DSV4_VLLM_TREE" \
       ${BENCH_ARGS:-} --json "$OUT/bench_warmup.json" 2>&1 )
 }
 
 phase_bench_node() {  # scripts/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
-  ( lab patched; cd "$REPO" && echo "### bench_node_warmup ${BENCH_ARGS:-}" &&
+  ( lab ${BENCH_TREE:-patched}; cd "$REPO" && echo "### bench_node_warmup ${BENCH_ARGS:-}" &&
     timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_node_warmup.py --tree "$DSV4_VLLM_TREE" \
       ${BENCH_ARGS:-} --json "$OUT/bench_node_warmup.json" 2>&1 )
 }
@@ -124,7 +124,21 @@ make_patched() {  # 0.33.0 trees are large: the patched one is made here from pr
     PYTHONPATH=scripts python3 -m dsv4warmup apply --tree $d &&
     tar czf .lab/trees/patched.tgz -C $d .
 }
+make_without() {  # WITHOUT=NNNN: the patched tree less that patch of the series, as .lab/trees/without.tgz
+  [ -n "${WITHOUT:-}" ] || return 0
+  local d=/tmp/lab-build-without base p
+  base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
+  p=$(ls patches/v$base/$WITHOUT-*.patch) || return 1
+  # its hunks reversed, the overlay files the series attributes to it removed
+  rm -rf $d && mkdir -p $d && tar xzf .lab/trees/patched.tgz -C $d &&
+    patch -R -p1 -s -d $d < "$p" &&
+    awk -v p="$(basename "$p")" '$1 ~ /^[0-9]/ {on = ($1 == p)} on && $1 == "+" {print $2}' \
+      "patches/v$base/series" | (cd $d && xargs -r rm -v) &&
+    tar czf .lab/trees/without.tgz -C $d .
+}
+
 make_patched
+make_without
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
