@@ -78,8 +78,7 @@ def table(runs: dict[str, dict[str, Any]], ranks: int) -> str:
     ]
     for name, r in runs.items():
         per_rank = [
-            "/".join(f"{rank['families'][p]['seconds']:.1f}" for rank in r["ranks"])
-            for p in phases
+            "/".join(f"{rank['families'][p]['seconds']:.1f}" for rank in r["ranks"]) for p in phases
         ]
         lines.append(
             f"| {name} | {r['node_wall_s']:.1f} | {r['slowest_warmup_s']:.1f} | "

@@ -1,6 +1,6 @@
 """Start-up cost of the JIT warmup, per kernel family, cold and warm (GPU; by hand).
 
-    python scripts/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm]
+    python scripts/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm,copied]
         [--tilelang-threads 1,4,16] [--variant flash|pro] [--max-num-batched-tokens N]
         [--num-speculative-tokens K] [--runner v2|v1] [--json FILE]
 
@@ -9,7 +9,8 @@ for the deployment (DeepSeek V4 Flash or Pro from a generated ``config.json``,
 TP 4, fp8 KV cache, block 256, MTP), the registry's own warmup of every
 registered kernel: ``cold`` on empty Triton and TileLang cache folders, ``warm``
 on the folders the cold run filled (a second start, or a start after the
-pre-warm). Printed: per family (this series' sparse-MLA, spec-decode and mHC
+pre-warm), ``copied`` on a copy of them at another path (a second machine
+started from an image that baked them). Printed: per family (this series' sparse-MLA, spec-decode and mHC
 kernels, then everything else the registry holds), keys and the seconds their
 compiles took in each run; then the warmup's own total, the process wall time
 and what was compiled vs. read from the disk caches.
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -167,7 +169,8 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str, int | None, Path]]:
     """(run name, TileLang threads, cache folder) per run, in order: a cold
-    run per thread count on its own empty folders, warm on the last ones."""
+    run per thread count on its own empty folders, warm on the last ones,
+    copied on a copy of them made just before it (``copied-caches``)."""
     counts: list[int | None] = [None]
     if tilelang_threads:
         try:
@@ -185,12 +188,12 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
             for t in counts:
                 caches = tmp / f"caches-{t}"
                 plan.append((name if t is None else f"cold t={t}", t, caches))
-        elif name == "warm":
+        elif name in ("warm", "copied"):
             if caches is None:
-                sys.exit("error: --runs: warm needs a cold run before it")
-            plan.append((name, counts[-1], caches))
+                sys.exit(f"error: --runs: {name} needs a cold run before it")
+            plan.append((name, counts[-1], caches if name == "warm" else tmp / "copied-caches"))
         else:
-            sys.exit(f"error: --runs: unknown run {name!r} (cold, warm)")
+            sys.exit(f"error: --runs: unknown run {name!r} (cold, warm, copied)")
     return plan
 
 
@@ -236,8 +239,13 @@ def main() -> None:
         (model / "config.json").write_text(json.dumps(engine.hf_config_dict(cfg), default=str))
         flags = prewarm.serve_flags(cfg, str(model))
         runs: dict[str, dict[str, Any]] = {}
+        last: Path | None = None
         for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
+            if name == "copied" and last is not None:
+                # What an image build bakes, at another path, read by a new process.
+                shutil.copytree(last, caches)
             runs[name] = run_once(args.tree, flags, caches, args.runner, threads)
+            last = caches
             print(f"{name}: {runs[name]['wall_s']:.1f} s wall", file=sys.stderr)
     host = host_cpus()
     print(

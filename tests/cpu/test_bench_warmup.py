@@ -94,6 +94,10 @@ def test_runs_plan_a_cold_run_per_tilelang_thread_count(tmp_path: Any) -> None:
         ("cold t=16", 16, tmp_path / "caches-16"),
         ("warm", 16, tmp_path / "caches-16"),
     ]
+    assert _bench()._plan("cold,warm,copied", "4", tmp_path)[1:] == [
+        ("warm", 4, tmp_path / "caches-4"),
+        ("copied", 4, tmp_path / "copied-caches"),
+    ]
     assert _bench()._plan("cold,warm", None, tmp_path) == [
         ("cold", None, tmp_path / "caches-None"),
         ("warm", None, tmp_path / "caches-None"),
