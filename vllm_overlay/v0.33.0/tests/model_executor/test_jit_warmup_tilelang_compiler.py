@@ -20,7 +20,7 @@ from vllm.model_executor.warmup.jit_warmup import count_compiles
 # each compile did is appended to log.jsonl.
 _FAKE_TILELANG = {
     "tilelang/__init__.py": """
-        import json, os
+        import json, os, sys
         from pathlib import Path
         from tilelang import env
         from tilelang.jit.kernel import JITKernel
@@ -38,7 +38,8 @@ _FAKE_TILELANG = {
             # TileLang compiles in JITKernel's constructor.
             kernel = JITKernel(func, None, None, None, None, None, None, False)
             behaviour = os.environ.get("FAKE_TILELANG_" + func, "")
-            log = {"func": func, "pid": os.getpid(), "options": options}
+            log = {"func": func, "pid": os.getpid(), "options": options,
+                   "vllm_imported": "vllm" in sys.modules}
             with open(Path(env.TILELANG_CACHE_DIR) / "log.jsonl", "a") as f:
                 f.write(json.dumps(log) + "\\n")
             if behaviour == "exit" and os.environ.get("CUDA_VISIBLE_DEVICES") == "":
@@ -134,6 +135,8 @@ def test_compiled_in_a_process_then_read_here(cache: Path) -> None:
     # One process (the calling thread's) built both, not this one.
     assert len({c["pid"] for c in compiles}) == 1
     assert compiles[0]["pid"] != os.getpid()
+    # Importing vLLM would add seconds to each process's start.
+    assert not compiles[0]["vllm_imported"]
     # With the target and pass configs this process would use.
     assert compiles[0]["options"]["target"] == "cuda-sm90a"
     assert compiles[0]["options"]["pass_configs"] == {"tl.disable_tma_lower": True}

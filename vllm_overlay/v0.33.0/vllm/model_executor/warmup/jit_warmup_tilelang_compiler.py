@@ -5,21 +5,21 @@
 TileLang compiles in threads of one process stop scaling at a few threads,
 while the same compiles in separate processes scale with the host's cores.
 Each thread of the TileLang warmup pool therefore hands the specializations
-it compiles to a compiler process of its own (this module run with
-``python -m``): the process rebuilds the elaborated ``PrimFunc`` from its
-JSON form, compiles it into TileLang's disk cache with the options the
-kernel's JIT uses, and the warmup then loads it from there. The cache key
-is derived from the ``PrimFunc``'s script and the options, so the load
-finds exactly what the process built; anything else (a process that
-cannot start, an option that does not serialize, a failed compile) is
-compiled in the warming process as before.
+it compiles to a compiler process of its own (the script
+``jit_warmup_tilelang_compile_worker.py``): the process rebuilds the
+elaborated ``PrimFunc`` from its JSON form, compiles it into TileLang's disk
+cache with the options the kernel's JIT uses, and the warmup then loads it
+from there. The cache key is derived from the ``PrimFunc``'s script and the
+options, so the load finds exactly what the process built; anything else (a
+process that cannot start, an option that does not serialize, a failed
+compile) is compiled in the warming process as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -27,18 +27,19 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from vllm.logger import init_logger
 from vllm.model_executor.warmup.jit_warmup import (
-    count_compiles,
     counted_as_compiles,
     tilelang_kernel_from_database,
 )
 
 logger = init_logger(__name__)
 
-_MODULE = "vllm.model_executor.warmup.jit_warmup_tilelang_compiler"
+# Run as a script: importing vLLM would add seconds to each process's start.
+_WORKER = str(Path(__file__).with_name("jit_warmup_tilelang_compile_worker.py"))
 
 
 def _json_options(options: Mapping[str, Any], target: str) -> dict[str, Any]:
@@ -131,7 +132,7 @@ class TileLangCompilerProcesses:
         proc = getattr(self._local, "proc", None)
         if proc is None:
             proc = subprocess.Popen(
-                [sys.executable, "-m", _MODULE],
+                [sys.executable, _WORKER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=self._env,
@@ -177,10 +178,15 @@ class TileLangCompilerProcesses:
         if not reply:
             # Not one restart per key: the rest compile in this process.
             self._failed = True
+            code = None
+            # Its output closed; if it runs on, close() ends it.
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = proc.wait(timeout=10)
             logger.warning(
                 "TileLang warmup compiler process exited (code %s); compiling "
                 "the remaining TileLang keys in this process.",
-                None if proc is None else proc.poll(),
+                code,
             )
             return False
         result = json.loads(reply)
@@ -234,30 +240,3 @@ def tilelang_compiler_processes() -> Iterator[TileLangCompilerProcesses | None]:
             yield compilers
     finally:
         compilers.close()
-
-
-def _serve() -> None:
-    """Compile one task per input line; one JSON reply line per task."""
-    import tilelang
-    import tvm
-
-    for name in ("tilelang.cache.kernel_cache", "tilelang.jit.kernel"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # Replies go to the original stdout; anything the compilers print goes to
-    # stderr instead of into the replies.
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    for line in sys.stdin:
-        task = json.loads(line)
-        try:
-            with count_compiles() as counts:
-                tilelang.compile(tvm.ir.load_json(task["tir"]), **task["options"])
-            reply: dict[str, Any] = {"compiled": bool(counts.compiled)}
-        except Exception as e:
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
-
-
-if __name__ == "__main__":
-    _serve()
