@@ -35,6 +35,10 @@ _P33 = "patches/v0.33.0"
 _CLI33 = "vllm_overlay/v0.33.0/vllm/entrypoints/cli/warmup_kernels.py"
 _SHARING33 = "vllm_overlay/v0.33.0/vllm/model_executor/warmup/jit_warmup_sharing.py"
 _SHARING_TESTS = "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_compile_sharing_pass"
+_COMPILER33 = "vllm_overlay/v0.33.0/vllm/model_executor/warmup/jit_warmup_tilelang_compiler.py"
+_COMPILER_TESTS = (
+    "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compiler_processes_pass"
+)
 _DISPATCH = "vllm_overlay/vllm/model_executor/kernels/mhc/tilelang_dispatch.py"
 _SENTINEL = "vllm_overlay/vllm/model_executor/warmup/deepseek_v4_jit_sentinel.py"
 
@@ -239,6 +243,33 @@ def mutants() -> list[Mutant]:
             "+            try:\n+                compile_all(shares.first)\n+            finally:",
             "+            if True:\n+                compile_all(shares.first)\n+            if True:",
             (_SHARING_TESTS,),
+        ),
+        # 0.33.0 0011: the pool compiles in its threads, not through the
+        # compiler processes (as before the patch).
+        Mutant(
+            "v033-compiler-processes-unused",
+            _patch(_P33, "0011"),
+            "+    if compilers is not None:\n+        compiled = compilers.kernel(",
+            "+    if False:\n+        compiled = compilers.kernel(",
+            (_COMPILER_TESTS,),
+        ),
+        # 0.33.0 0011: a key a compiler process built counts as a disk-cache
+        # load (a cold start would report no TileLang compiles).
+        Mutant(
+            "v033-compiler-builds-counted-as-loads",
+            _COMPILER33,
+            "            with counted_as_compiles():",
+            "            with contextlib.nullcontext():",
+            (_COMPILER_TESTS,),
+        ),
+        # 0.33.0 0011: no disk-cache read before handing a key to a process
+        # (every warm start would start compiler processes).
+        Mutant(
+            "v033-compiler-no-read-first",
+            _COMPILER33,
+            "token = _loads_only.set(True)",
+            "token = _loads_only.set(False)",
+            (_COMPILER_TESTS,),
         ),
         # 0.26.0 0010: the C128A block table counted in KV-manager blocks again.
         Mutant(

@@ -286,6 +286,18 @@ def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
     )
 
 
+def test_tree_tests_of_the_tilelang_compiler_processes_pass() -> None:
+    """Patch 0011's own tests (real processes, a stand-in TileLang package):
+    a key is built in the pool thread's compiler process, which imports no
+    vLLM, then read here and counted as a compile; a warm cache starts no
+    process; a failed compile is compiled again here and raises; after a
+    process exits the rest compile here; no processes without a disk cache."""
+    _tree_tests_pass(
+        "tests/model_executor/test_jit_warmup_tilelang_compiler.py",
+        "tests/model_executor/test_jit_warmup_tilelang_parallel.py",
+    )
+
+
 def test_tree_tests_of_compile_sharing_pass() -> None:
     """Patch 0010's own tests: ranks that hold a kernel's keys alike and write
     one cache directory compile disjoint round-robin shares of them (in any
