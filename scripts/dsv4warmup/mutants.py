@@ -258,8 +258,8 @@ def mutants() -> list[Mutant]:
         Mutant(
             "v033-compiler-builds-counted-as-loads",
             _COMPILER33,
-            "            with counted_as_compiles():",
-            "            with contextlib.nullcontext():",
+            "                with counted_as_compiles():",
+            "                with contextlib.nullcontext():",
             (_COMPILER_TESTS,),
         ),
         # 0.33.0 0011: no disk-cache read before handing a key to a process
@@ -267,8 +267,18 @@ def mutants() -> list[Mutant]:
         Mutant(
             "v033-compiler-no-read-first",
             _COMPILER33,
-            "token = _loads_only.set(True)",
-            "token = _loads_only.set(False)",
+            "        with contextlib.suppress(_NotInDiskCache):\n"
+            "            return _load(prim_func, options)\n",
+            "",
+            (_COMPILER_TESTS,),
+        ),
+        # 0.33.0 0011: what a compiler process built is compiled again here,
+        # unseen, when this process computes another cache key for it.
+        Mutant(
+            "v033-compiler-build-not-checked",
+            _COMPILER33,
+            "                    return _load(prim_func, options)",
+            "                    return tilelang.compile(prim_func, **options)",
             (_COMPILER_TESTS,),
         ),
         # 0.26.0 0010: the C128A block table counted in KV-manager blocks again.

@@ -42,10 +42,13 @@ _FAKE_TILELANG = {
                    "vllm_imported": "vllm" in sys.modules}
             with open(Path(env.TILELANG_CACHE_DIR) / "log.jsonl", "a") as f:
                 f.write(json.dumps(log) + "\\n")
-            if behaviour == "exit" and os.getpid() != int(os.environ["FAKE_PARENT"]):
+            in_compiler = os.getpid() != int(os.environ.get("FAKE_PARENT", "0"))
+            if behaviour == "exit" and in_compiler:
                 os._exit(3)
             if behaviour == "error":
                 raise RuntimeError("nvcc failed for " + func)
+            if behaviour == "elsewhere" and in_compiler:
+                path = path.with_name(path.name + "-other-key")
             path.write_text(func)
             return kernel
     """,
@@ -235,3 +238,22 @@ def test_warmup_pool_compiles_through_the_processes(
     assert os.getpid() not in {c["pid"] for c in compiles}
     assert sorted(jit._kernel_cache) == [("a",), ("b",), ("c",)]
     assert counts.compiled == {"tilelang": 3}
+
+
+def test_a_build_under_another_key_is_compiled_here_and_said(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("FAKE_TILELANG_odd", "elsewhere")  # in a compiler process
+    monkeypatch.setenv("FAKE_PARENT", str(os.getpid()))
+
+    kernels, counts = _kernels(["odd", "d"])
+
+    compiles = _compiles(cache)
+    assert [(c["func"], c["pid"] == os.getpid()) for c in compiles] == [
+        ("odd", False),
+        ("odd", True),
+        ("d", True),
+    ]
+    assert [k.from_database for k in kernels] == [False, False]
+    assert counts.compiled == {"tilelang": 2}
+    assert "not where this process looks it up" in caplog.text

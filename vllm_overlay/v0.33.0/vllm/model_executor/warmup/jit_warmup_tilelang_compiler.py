@@ -84,6 +84,18 @@ def _refusing_compiles_when_loading_only() -> Iterator[None]:
         jit_kernel.__init__ = original_init
 
 
+def _load(prim_func: Any, options: Mapping[str, Any]) -> Any:
+    """``tilelang.compile()`` that only reads TileLang's caches: raises
+    :class:`_NotInDiskCache` where it would compile."""
+    import tilelang
+
+    token = _loads_only.set(True)
+    try:
+        return tilelang.compile(prim_func, **options)
+    finally:
+        _loads_only.reset(token)
+
+
 class TileLangCompilerProcesses:
     """One compiler process per calling thread, started on its first compile."""
 
@@ -101,17 +113,22 @@ class TileLangCompilerProcesses:
         (the process could not) compiled here."""
         import tilelang
 
-        token = _loads_only.set(True)
-        try:
-            return tilelang.compile(prim_func, **options)
-        except _NotInDiskCache:
-            pass
-        finally:
-            _loads_only.reset(token)
+        with contextlib.suppress(_NotInDiskCache):
+            return _load(prim_func, options)
         if self._compile(prim_func, options):
-            # Built for this process: reading it counts as its compile.
-            with counted_as_compiles():
-                return tilelang.compile(prim_func, **options)
+            try:
+                # Built for this process: reading it counts as its compile.
+                with counted_as_compiles():
+                    return _load(prim_func, options)
+            except _NotInDiskCache:
+                # Built under another cache key than this process computes:
+                # every key would be compiled twice.
+                self._failed = True
+                logger.warning(
+                    "TileLang warmup: the compiler process's kernel is not "
+                    "where this process looks it up; compiling the remaining "
+                    "TileLang keys in this process."
+                )
         return tilelang.compile(prim_func, **options)
 
     def _target(self, target: Any) -> str:
