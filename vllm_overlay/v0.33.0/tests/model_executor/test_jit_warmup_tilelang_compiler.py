@@ -25,6 +25,9 @@ _FAKE_TILELANG = {
         from tilelang import env
         from tilelang.jit.kernel import JITKernel
 
+        with open(Path(env.TILELANG_CACHE_DIR) / "imports.log", "a") as f:
+            f.write(str(os.getpid()) + "\n")
+
         def _path(func, options):
             return Path(env.TILELANG_CACHE_DIR) / (func + "-" + options["target"])
 
@@ -147,13 +150,21 @@ def test_compiled_in_a_process_then_read_here(cache: Path) -> None:
     assert counts.compiled == {"tilelang": 2} and counts.loaded == {}
 
 
+def _processes(cache: Path) -> set[str]:
+    """The other processes that imported TileLang (compiler processes)."""
+    pids = (cache / "imports.log").read_text().split()
+    return set(pids) - {str(os.getpid())}
+
+
 def test_warm_cache_is_read_without_a_process(cache: Path) -> None:
     _kernels(["a"])
     before = _compiles(cache)
+    assert len(_processes(cache)) == 1
 
     kernels, counts = _kernels(["a"])
 
     assert _compiles(cache) == before
+    assert len(_processes(cache)) == 1  # none started
     assert kernels[0].from_database
     assert counts.compiled == {} and counts.loaded == {"tilelang": 1}
 
