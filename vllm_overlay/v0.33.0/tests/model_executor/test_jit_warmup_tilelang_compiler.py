@@ -26,7 +26,7 @@ _FAKE_TILELANG = {
         from tilelang.jit.kernel import JITKernel
 
         with open(Path(env.TILELANG_CACHE_DIR) / "imports.log", "a") as f:
-            f.write(str(os.getpid()) + "\n")
+            f.write(str(os.getpid()) + "\\n")
 
         def _path(func, options):
             return Path(env.TILELANG_CACHE_DIR) / (func + "-" + options["target"])
