@@ -332,6 +332,7 @@ class Measured:
     # the same rows / outputs measured on the PR's own base (a section naming it)
     own_rows: list[str] = field(default_factory=list)
     own_outputs: list[str] = field(default_factory=list)
+    own_sections: list[tuple[str, str]] = field(default_factory=list)
 
 
 def measured(
@@ -362,9 +363,13 @@ def measured(
         )
 
     sections: list[tuple[str, str]] = []
+    own_sections: list[tuple[str, str]] = []
     for level, title, body in _sections(text):
-        if level >= 2 and names_us(title) and not any(body in b for _, b in sections):
-            sections.append((title, body))
+        picked_bodies = [b for _, b in sections + own_sections]
+        if level >= 2 and names_us(title) and not any(body in b for b in picked_bodies):
+            heading_base = _heading_base(title, measured_on)
+            own = heading_base == base and heading_base != measured_on
+            (own_sections if own else sections).append((title, body))
     rows: list[str] = []
     outputs: list[str] = []
     table: list[str] = []  # header (+ separator) of the table being read
@@ -414,13 +419,15 @@ def measured(
             and (any(w in line.lower() for w in words) or any(k in line for k in kernels))
         ):
             (own_outputs if own() else outputs).append(line.strip())
-    if not (rows or sections or own_rows):
+    if not (rows or sections or own_rows or own_sections):
         return None
     try:
         source = str(results.relative_to(Path(__file__).resolve().parents[2]))
     except ValueError:
         source = results.name
-    return Measured(source, measured_on, rows, sections, outputs, own_rows, own_outputs)
+    return Measured(
+        source, measured_on, rows, sections, outputs, own_rows, own_outputs, own_sections
+    )
 
 
 def _demote(text: str, to: int) -> str:
@@ -582,9 +589,11 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
             "GPU figures: not yet measured (no section or row of the results names this PR)."
         )
     else:
-        if m.own_rows:
-            out += [f"{head} Measured on GPU on this base (`{m.source}`, vLLM {b.base})", ""]
-            out += [*m.own_rows, ""]
+        if m.own_rows or m.own_sections:
+            # The results file also holds CPU measurements: each table says which.
+            out += [f"{head} Measured on this base (`{m.source}`, vLLM {b.base})", ""]
+            out += [*m.own_rows, ""] if m.own_rows else []
+            out += _details(m.own_sections, level)
         where = f"`{m.source}`" + (f", measured on the vLLM {m.base} series" if m.base else "")
         if m.rows or m.sections:
             out += [f"{head} Measured on GPU ({where})", ""]
@@ -596,15 +605,7 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
             ]
         if m.rows:
             out += [*m.rows, ""]
-        for title, text in m.sections:
-            out += [
-                f"<details><summary>{title}</summary>",
-                "",
-                _demote(text, level + 1),
-                "",
-                "</details>",
-                "",
-            ]
+        out += _details(m.sections, level)
     if b.touches_outputs:
         out += [
             f"{head} Outputs on valid input",
@@ -624,6 +625,21 @@ def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
                 "model evaluation) before opening."
             )
     return without_project_refs("\n".join(out).rstrip())
+
+
+def _details(sections: list[tuple[str, str]], level: int) -> list[str]:
+    """Results sections, each folded under its heading."""
+    out: list[str] = []
+    for title, text in sections:
+        out += [
+            f"<details><summary>{title}</summary>",
+            "",
+            _demote(text, level + 1),
+            "",
+            "</details>",
+            "",
+        ]
+    return out
 
 
 def purpose_block(b: BodyInput) -> str:

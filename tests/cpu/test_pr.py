@@ -846,6 +846,23 @@ def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     assert old is not None and not old.own_rows  # 0.33.0 figures are not 0.26.0's
 
 
+def test_sections_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
+    """A section picked by its heading is this branch's when the heading
+    names the PR's release, the old series' otherwise."""
+    results = tmp_path / "gpu-results.md"
+    results.write_text(
+        "# GPU results\n\nMeasured with a patched vLLM 0.26.0 tree.\n\n"
+        "## TileLang pool, old series\n\nold pool: 151 s\n\n"
+        "## vLLM 0.33.0, TileLang pool\n\nnew pool: 40 s\n"
+    )
+    m = pr_body.measured(results, "0.33.0", ["x"], ["0011"], "pool", "", {"compile-pool"})
+    assert m is not None
+    assert [t for t, _ in m.own_sections] == ["vLLM 0.33.0, TileLang pool"]
+    assert [t for t, _ in m.sections] == ["TileLang pool, old series"]
+    old = pr_body.measured(results, "0.26.0", ["x"], ["0011"], "pool", "", {"compile-pool"})
+    assert old is not None and not old.own_sections and len(old.sections) == 2
+
+
 def test_figures_do_not_link_this_projects_issues_to_vllms() -> None:
     """ "#15" in the results is this project's issue: in an upstream body it would
     link to vllm-project/vllm#15. Upstream references and headings stay."""
