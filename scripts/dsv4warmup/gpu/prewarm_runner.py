@@ -112,6 +112,13 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
             row["seconds"] += time.perf_counter() - start
 
     VllmJitKernel.compile_many = timed  # type: ignore[method-assign]
+
+    def add_row(name: str, module: str, keys: int, seconds: float) -> None:
+        """A row of wall time (``"pool": true``), not a kernel's compiles."""
+        row = timings.setdefault(name, {"module": module, "keys": 0, "seconds": 0.0, "pool": True})
+        row["keys"] += keys
+        row["seconds"] += seconds
+
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 
     pool = getattr(helper, "tilelang_warmup_pool", None)
@@ -134,19 +141,9 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
                     yield
             finally:
                 depth[0] -= 1
-                row = timings.setdefault(
-                    POOL_ROW,
-                    {"module": helper.__name__, "keys": 0, "seconds": 0.0, "pool": True},
-                )
-                row["keys"] += num_keys
-                row["seconds"] += time.perf_counter() - start
+                add_row(POOL_ROW, helper.__name__, num_keys, time.perf_counter() - start)
 
         helper.tilelang_warmup_pool = timed_pool
-
-    def add_row(name: str, module: str, keys: int, seconds: float) -> None:
-        row = timings.setdefault(name, {"module": module, "keys": 0, "seconds": 0.0, "pool": True})
-        row["keys"] += keys
-        row["seconds"] += seconds
 
     from vllm.model_executor.warmup import jit_warmup_triton_helper as triton_helper
 
