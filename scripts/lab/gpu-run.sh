@@ -12,7 +12,9 @@
 # (no tail: a run killed at the device limit still brings back what it printed);
 # PHASE_TIMEOUT caps each phase so a batch fits one call. BG_PHASES run in the background,
 # each on its own copy of the tree (LAB_SUFFIX), capped by BG_TIMEOUT; the pseudo-phase
-# wait_bg waits for them (e.g. before a timed phase).
+# wait_bg waits for them (e.g. before a timed phase). WITHOUT=NNNN also makes the patched
+# tree less that patch (.lab/trees/without.tgz; add `without` to TREES), and BENCH_TREE=without
+# runs the bench phases on it: a baseline on the same machine.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 REPO=$(pwd)
