@@ -17,7 +17,12 @@ and what was compiled vs. read from the disk caches.
 
 ``--tilelang-threads``: one cold run per ``VLLM_TILELANG_JIT_WARMUP_NUM_THREADS``
 value (each on empty caches; 1 = serial, as without patch 0009), then the warm
-run on the last one's caches.
+run on the last one's caches. ``tilelang-cold[:N]``: TileLang cold with N
+threads (default the last count) while Triton loads from the last cold run's
+cache: the TileLang compiles alone on the host; with ``:1`` each key's compile
+alone, whose slowest is the floor of any pool. ``--triton-threads`` sets
+``VLLM_TRITON_JIT_WARMUP_NUM_THREADS`` for every run. Each run with TileLang
+compiles prints its keys' compile seconds (slowest, median, sum).
 
 A family's seconds add up its kernels' ``compile_many`` calls: Triton kernels
 compile in parallel threads, so their seconds overlap and can exceed the wall
@@ -47,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402
+    KEYS_ROW,
     POOL_ROW,
     TIMINGS_PREFIX,
     TRITON_POOL_ROW,
@@ -85,6 +91,8 @@ def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     """Keys and seconds per family from a run's ``timings`` line."""
     out = {f: {"keys": 0, "seconds": 0.0} for f in FAMILIES}
     for name, row in timings.items():
+        if row.get("per_key"):
+            continue
         f = out[family(name, row["module"])]
         f["keys"] += row["keys"]
         f["seconds"] += row["seconds"]
@@ -135,6 +143,7 @@ def runner_result(proc: subprocess.Popen[str], started: float) -> dict[str, Any]
         "compiled": summary["compiled"],
         "loaded_from_cache": summary["loaded_from_cache"],
         "families": by_family(timings),
+        "tilelang_keys": timings.get(KEYS_ROW, {}).get("each", []),
         "skipped": [x for x in stderr.splitlines() if x.startswith("lab: skipped")],
     }
 
@@ -164,7 +173,25 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
             f"\n{n}: compiled {runs[n]['compiled'] or 0}, "
             f"loaded from the disk caches {runs[n]['loaded_from_cache'] or 0}"
         )
+        if runs[n]["compiled"].get("tilelang") and runs[n].get("tilelang_keys"):
+            lines.append(f"{n}: {per_key_summary(runs[n]['tilelang_keys'])}")
     return "\n".join(lines)
+
+
+def per_key_summary(each: list[list[Any]]) -> str:
+    """The TileLang keys' compile seconds: slowest (the floor of any pool),
+    median, sum (one thread's time), per kernel the slowest."""
+    seconds = sorted(s for _, s in each)
+    slowest = max(each, key=lambda e: e[1])
+    by_kernel: dict[str, float] = {}
+    for name, s in each:
+        by_kernel[name] = max(by_kernel.get(name, 0.0), s)
+    kernels = ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1]))
+    return (
+        f"TileLang per key ({len(each)}): slowest {slowest[1]:.1f} s ({slowest[0]}), "
+        f"median {seconds[len(seconds) // 2]:.1f} s, sum {sum(seconds):.1f} s; "
+        f"slowest per kernel: {kernels}"
+    )
 
 
 def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str, int | None, Path]]:
@@ -188,12 +215,22 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
             for t in counts:
                 caches = tmp / f"caches-{t}"
                 plan.append((name if t is None else f"cold t={t}", t, caches))
+        elif name.partition(":")[0] == "tilelang-cold":
+            # TileLang cold on an otherwise idle host: the last cold run's Triton
+            # cache (copied), an empty TileLang one; ":N" threads (default the last).
+            if caches is None:
+                sys.exit(f"error: --runs: {name} needs a cold run before it")
+            threads = name.partition(":")[2]
+            if threads and not (threads.isdigit() and int(threads) >= 1):
+                sys.exit(f"error: --runs: {name}: tilelang-cold:N with N >= 1")
+            t = int(threads) if threads else counts[-1]
+            plan.append((f"TileLang cold t={t}", t, tmp / f"tilelang-cold-{t}"))
         elif name in ("warm", "copied"):
             if caches is None:
                 sys.exit(f"error: --runs: {name} needs a cold run before it")
             plan.append((name, counts[-1], caches if name == "warm" else tmp / "copied-caches"))
         else:
-            sys.exit(f"error: --runs: unknown run {name!r} (cold, warm, copied)")
+            sys.exit(f"error: --runs: unknown run {name!r} (cold, warm, copied, tilelang-cold[:N])")
     return plan
 
 
@@ -217,12 +254,15 @@ def main() -> None:
         "--tilelang-threads",
         help="comma-separated VLLM_TILELANG_JIT_WARMUP_NUM_THREADS values: a cold run each",
     )
+    ap.add_argument("--triton-threads", type=int, help="VLLM_TRITON_JIT_WARMUP_NUM_THREADS")
     ap.add_argument("--variant", choices=("flash", "pro"), default="flash")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--num-speculative-tokens", type=int, default=1)
     ap.add_argument("--runner", choices=("v2", "v1"), default="v2")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.triton_threads is not None:
+        os.environ["VLLM_TRITON_JIT_WARMUP_NUM_THREADS"] = str(args.triton_threads)
     if not (args.tree / "vllm/entrypoints/cli/warmup_kernels.py").is_file():
         sys.exit(f"error: --tree {args.tree}: no `vllm warmup-kernels` (apply the 0.33.0 series)")
 
@@ -240,17 +280,23 @@ def main() -> None:
         flags = prewarm.serve_flags(cfg, str(model))
         runs: dict[str, dict[str, Any]] = {}
         last: Path | None = None
+        cold: Path | None = None
         for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
             if name == "copied" and last is not None:
                 # What an image build bakes, at another path, read by a new process.
                 shutil.copytree(last, caches)
+            elif name.startswith("TileLang cold") and cold is not None:
+                shutil.copytree(cold / "triton", caches / "triton")
             runs[name] = run_once(args.tree, flags, caches, args.runner, threads)
             last = caches
+            if name.startswith("cold"):
+                cold = caches
             print(f"{name}: {runs[name]['wall_s']:.1f} s wall", file=sys.stderr)
     host = host_cpus()
     print(
         f"{args.variant}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
-        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}; host CPUs: "
+        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}, Triton threads "
+        f"{os.environ.get('VLLM_TRITON_JIT_WARMUP_NUM_THREADS', 'default')}; host CPUs: "
         + ", ".join(f"{k} {v}" for k, v in host.items())
     )
     print(table(runs))

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dsv4warmup.paths import REPO
 
 
@@ -73,6 +74,14 @@ TIMINGS = {
         "seconds": 2.25,
         "pool": True,
     },
+    # per key, not a family: its seconds are already in the pool row
+    "TileLang compile per key": {
+        "module": "vllm.model_executor.warmup.jit_warmup_tilelang_helper",
+        "keys": 3,
+        "seconds": 9.5,
+        "per_key": True,
+        "each": [["mhc_pre_big_fuse", 9.5], ["hc_head", 2.0], ["mhc_pre_big_fuse", 4.0]],
+    },
 }
 
 
@@ -98,6 +107,15 @@ def test_runs_plan_a_cold_run_per_tilelang_thread_count(tmp_path: Any) -> None:
         ("warm", 4, tmp_path / "caches-4"),
         ("copied", 4, tmp_path / "copied-caches"),
     ]
+    # TileLang alone on the last cold run's Triton cache, its own thread count
+    assert _bench()._plan("cold,tilelang-cold:1,tilelang-cold,warm", "16,24", tmp_path)[2:] == [
+        ("TileLang cold t=1", 1, tmp_path / "tilelang-cold-1"),
+        ("TileLang cold t=24", 24, tmp_path / "tilelang-cold-24"),
+        ("warm", 24, tmp_path / "caches-24"),
+    ]
+    for bad in ("tilelang-cold,cold", "cold,tilelang-cold:0", "cold,tilelang-cold:x"):
+        with pytest.raises(SystemExit):
+            _bench()._plan(bad, "4", tmp_path)
     assert _bench()._plan("cold,warm", None, tmp_path) == [
         ("cold", None, tmp_path / "caches-None"),
         ("warm", None, tmp_path / "caches-None"),
@@ -121,6 +139,16 @@ def test_table_shows_every_run() -> None:
     assert "| TileLang pool | 5 | 40.00 | 40.00 |" in text
     assert "| process wall | 32 | 80.00 | 25.00 |" in text
     assert "warm: compiled 0, loaded from the disk caches {'triton': 27}" in text
+    each = TIMINGS["TileLang compile per key"]["each"]
+    text = bench.table(
+        {"cold": dict(run, tilelang_keys=each), "warm": dict(warm, tilelang_keys=each)}
+    )
+    assert (
+        "cold: TileLang per key (3): slowest 9.5 s (mhc_pre_big_fuse), median 4.0 s, sum 15.5 s; "
+        "slowest per kernel: mhc_pre_big_fuse 9.5, hc_head 2.0"
+    ) in text
+    # nothing compiled, no compile seconds to show
+    assert "warm: TileLang per key" not in text
 
 
 def test_host_cpus_reports_what_compiles_may_use() -> None:

@@ -100,3 +100,49 @@ def test_pool_rows_count_the_outermost_pool_only() -> None:
     assert rows[TRITON_POOL_ROW]["keys"] == 3
     assert 0.05 <= rows[TRITON_POOL_ROW]["seconds"] < rows[POOL_ROW]["seconds"]
     assert rows[WAIT_ROW]["keys"] == 0 and 0.05 <= rows[WAIT_ROW]["seconds"] < 5
+
+
+_PER_KEY_TIMING = """
+import json, time, types
+from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
+# the pool's compile of an elaborated key takes 0.2 s
+helper._compile_elaborated = lambda jit_impl, prim_func, key, compilers: time.sleep(0.2)
+from dsv4warmup.gpu import prewarm_runner
+timings = prewarm_runner._time_compiles()
+
+class Elaborated:  # elaborated here, compiled in the pool
+    def __init__(self, name):
+        self.func = types.SimpleNamespace(__name__=name)
+    def get_tir(self, *args, **kwargs):
+        time.sleep(0.02)
+    def compile(self, *args, **kwargs):
+        raise AssertionError("compiled in the pool")
+
+class Whole:  # no elaboration step: compiled whole, serial
+    func = types.SimpleNamespace(__name__="whole")
+    def compile(self, *args, **kwargs):
+        time.sleep(0.1)
+
+with helper.tilelang_warmup_pool(2):
+    helper.compile_tilelang(Elaborated("a"))
+    helper.compile_tilelang(Elaborated("b"))
+helper.compile_tilelang(Whole())
+print(json.dumps(timings))
+"""
+
+
+def test_per_key_row_times_each_tilelang_compile_once() -> None:
+    """``TileLang compile per key``: a pool key's compile on its pool thread
+    (not its elaboration), a serial key's whole compile, each once; not a
+    family (its seconds are the pool's)."""
+    if not (PATCHES / "v0.33.0").is_dir():
+        pytest.skip("no 0.33.0 series")
+    from dsv4warmup.gpu.prewarm_runner import KEYS_ROW
+
+    row = trees.json_from_tree(trees.patched_tree("0.33.0"), "-c", _PER_KEY_TIMING)[KEYS_ROW]
+    assert row["per_key"] is True and row["keys"] == 3
+    each = dict(row["each"])
+    assert sorted(each) == ["a", "b", "whole"]
+    assert 0.2 <= each["a"] < 1 and 0.2 <= each["b"] < 1
+    assert 0.1 <= each["whole"] < 0.2
+    assert row["seconds"] == pytest.approx(max(each.values()), abs=1e-3)

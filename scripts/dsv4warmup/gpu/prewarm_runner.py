@@ -26,7 +26,9 @@ series' TileLang compile pool (patch 0009) also a row ``TileLang compile pool``
 the registry's Triton pool runs inside that wall time, beside the compiles;
 ``Triton compile pool`` (its wall time each time the registry runs it) and,
 for a rank of a TP group (patch 0010), ``wait for the other ranks`` (seconds
-at the barrier after its own share).
+at the barrier after its own share); ``TileLang compile per key`` (``"per_key":
+true``): ``each``, [kernel, seconds] of every TileLang key's compile and load,
+in the pool or serial.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +51,9 @@ POOL_ROW = "TileLang compile pool"
 TRITON_POOL_ROW = "Triton compile pool"
 # Patch 0010: the time a rank waits at the barrier for the other ranks' shares.
 WAIT_ROW = "wait for the other ranks"
+# Each TileLang key's compile (and load) on its own, with the kernel's name:
+# the slowest is the floor of any parallel pool.
+KEYS_ROW = "TileLang compile per key"
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
 # The stand-ins stay for the whole process: a context manager entered without a
@@ -121,6 +127,7 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
 
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 
+    _time_each_tilelang_key(helper, timings)
     pool = getattr(helper, "tilelang_warmup_pool", None)
     if pool is not None:
         depth = [0]
@@ -182,6 +189,56 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
         sharing.share_compiles = timed_shares
     atexit.register(lambda: print(TIMINGS_PREFIX + json.dumps(timings), file=sys.stderr))
     return timings
+
+
+def _tilelang_kernel_name(jit_impl: Any) -> str:
+    func = getattr(jit_impl, "func", None)
+    return str(
+        getattr(func, "__name__", None) or getattr(jit_impl, "__name__", type(jit_impl).__name__)
+    )
+
+
+def _time_each_tilelang_key(helper: Any, timings: dict[str, dict[str, Any]]) -> None:
+    """Record every TileLang key's compile seconds under :data:`KEYS_ROW`: in
+    the pool (patch 0009's ``_compile_elaborated``, on a pool thread) or, with
+    one thread or before 0009, ``compile_tilelang`` itself."""
+    lock = threading.Lock()
+
+    def record(jit_impl: Any, seconds: float) -> None:
+        with lock:
+            row = timings.setdefault(
+                KEYS_ROW,
+                {"module": helper.__name__, "keys": 0, "seconds": 0.0, "per_key": True, "each": []},
+            )
+            row["keys"] += 1
+            row["seconds"] = max(row["seconds"], seconds)
+            row["each"].append([_tilelang_kernel_name(jit_impl), round(seconds, 3)])
+
+    elaborated = getattr(helper, "_compile_elaborated", None)
+    if elaborated is not None:
+
+        def timed_elaborated(jit_impl: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return elaborated(jit_impl, *args, **kwargs)
+            finally:
+                record(jit_impl, time.perf_counter() - start)
+
+        helper._compile_elaborated = timed_elaborated
+    whole = helper.compile_tilelang
+    pool = getattr(helper, "_compile_pool", None)
+
+    def timed_whole(jit_impl: Any, *args: Any, **kwargs: Any) -> Any:
+        # In the pool this only elaborates and submits: timed above.
+        if pool is not None and pool.get() is not None and hasattr(jit_impl, "get_tir"):
+            return whole(jit_impl, *args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return whole(jit_impl, *args, **kwargs)
+        finally:
+            record(jit_impl, time.perf_counter() - start)
+
+    helper.compile_tilelang = timed_whole
 
 
 def warm_as_a_tensor_parallel_rank(rank_of_world: str, store: Path) -> None:
