@@ -69,7 +69,7 @@ def run_node(
 
 
 def table(runs: dict[str, dict[str, Any]], ranks: int) -> str:
-    phases = ("TileLang pool", "Triton pool", "wait")
+    phases = ("registry warmup", "TileLang pool", "Triton pool", "wait")
     lines = [
         f"| run ({ranks} ranks) | node wall s | slowest rank's warmup s | "
         + " | ".join(f"{p} s per rank" for p in phases)

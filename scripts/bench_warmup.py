@@ -29,7 +29,9 @@ compile in parallel threads, so their seconds overlap and can exceed the wall
 time. With patch 0009 the TileLang kernels' ``compile_many`` dispatches and
 elaborates; their compiles are in the ``TileLang pool`` row (its wall time,
 which contains the mHC row's seconds and, since the registry runs its Triton
-pool beside the TileLang compiles, the Triton kernels' too). Pristine 0.33.0 has no
+pool beside the TileLang compiles, the Triton kernels' too). ``registry warmup``
+is the registry's whole warmup: what a serving process pays at start-up (the
+command adds its configuration and model building). Pristine 0.33.0 has no
 offline entry point, and its start-up warmup runs only inside a serving
 worker (weights, KV cache), which the lab cannot start; its key counts per
 kernel are in ``make audit BASE=0.33.0``.
@@ -54,13 +56,23 @@ sys.path.insert(0, str(REPO / "scripts"))
 from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402
     KEYS_ROW,
     POOL_ROW,
+    REGISTRY_ROW,
     TIMINGS_PREFIX,
     TRITON_POOL_ROW,
     WAIT_ROW,
     timings_from,
 )
 
-FAMILIES = ("sparse-MLA", "spec-decode", "mHC", "other", "TileLang pool", "Triton pool", "wait")
+FAMILIES = (
+    "sparse-MLA",
+    "spec-decode",
+    "mHC",
+    "other",
+    "TileLang pool",
+    "Triton pool",
+    "wait",
+    "registry warmup",
+)
 _SPARSE_MLA = {"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"}
 _SPEC_DECODE = {
     "MTPSharedHeadRMSNormKernel",
@@ -78,6 +90,8 @@ def family(name: str, module: str) -> str:
         return "Triton pool"
     if name == WAIT_ROW:
         return "wait"
+    if name == REGISTRY_ROW:
+        return "registry warmup"
     if name in _SPARSE_MLA:
         return "sparse-MLA"
     if name in _SPEC_DECODE or name.startswith(("_eagle_", "eagle_")):

@@ -74,7 +74,11 @@ from vllm.model_executor.warmup import jit_warmup_sharing as sharing
 # a rank of a group: its wait at the barrier takes 0.05 s
 sharing.share_compiles = lambda items, backend_of: sharing.WarmupShares(
     first=items, wait=lambda: time.sleep(0.05))
+from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+# the registry's warmup takes 0.05 s
+JitWarmupRegistry.warmup = lambda self, kernel_items=None: time.sleep(0.05)
 timings = prewarm_runner._time_compiles()
+JitWarmupRegistry.warmup(object())
 from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 from vllm.model_executor.warmup import jit_warmup_triton_helper as triton_helper
 # the registry's pool, and inside it one kernel's compile_many entering again
@@ -92,7 +96,7 @@ def test_pool_rows_count_the_outermost_pool_only() -> None:
     bench showed 48 keys for 24 TileLang compiles)."""
     if not (PATCHES / "v0.33.0").is_dir():
         pytest.skip("no 0.33.0 series")
-    from dsv4warmup.gpu.prewarm_runner import POOL_ROW, TRITON_POOL_ROW, WAIT_ROW
+    from dsv4warmup.gpu.prewarm_runner import POOL_ROW, REGISTRY_ROW, TRITON_POOL_ROW, WAIT_ROW
 
     rows = trees.json_from_tree(trees.patched_tree("0.33.0"), "-c", _POOL_TIMING)
     assert rows[POOL_ROW]["keys"] == 5
@@ -100,6 +104,8 @@ def test_pool_rows_count_the_outermost_pool_only() -> None:
     assert rows[TRITON_POOL_ROW]["keys"] == 3
     assert 0.05 <= rows[TRITON_POOL_ROW]["seconds"] < rows[POOL_ROW]["seconds"]
     assert rows[WAIT_ROW]["keys"] == 0 and 0.05 <= rows[WAIT_ROW]["seconds"] < 5
+    registry = rows[REGISTRY_ROW]
+    assert registry["keys"] == 0 and 0.05 <= registry["seconds"] < rows[POOL_ROW]["seconds"]
 
 
 _PER_KEY_TIMING = """

@@ -28,7 +28,8 @@ the registry's Triton pool runs inside that wall time, beside the compiles;
 for a rank of a TP group (patch 0010), ``wait for the other ranks`` (seconds
 at the barrier after its own share); ``TileLang compile per key`` (``"per_key":
 true``): ``each``, [kernel, seconds] of every TileLang key's compile and load,
-in the pool or serial.
+in the pool or serial; ``registry warmup``: the registry's whole warmup, what
+a serving process pays (the command adds configuration and model building).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ WAIT_ROW = "wait for the other ranks"
 # Each TileLang key's compile (and load) on its own, with the kernel's name:
 # the slowest is the floor of any parallel pool.
 KEYS_ROW = "TileLang compile per key"
+# The registry's whole warmup (JitWarmupRegistry.warmup): what a serving
+# process pays at start-up, without the command's configuration and model.
+REGISTRY_ROW = "registry warmup"
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
 # The stand-ins stay for the whole process: a context manager entered without a
@@ -124,6 +128,19 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
         row = timings.setdefault(name, {"module": module, "keys": 0, "seconds": 0.0, "pool": True})
         row["keys"] += keys
         row["seconds"] += seconds
+
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+
+    registry_warmup = JitWarmupRegistry.warmup
+
+    def timed_registry(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return registry_warmup(self, *args, **kwargs)
+        finally:
+            add_row(REGISTRY_ROW, JitWarmupRegistry.__module__, 0, time.perf_counter() - start)
+
+    JitWarmupRegistry.warmup = timed_registry  # type: ignore[method-assign]
 
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 
