@@ -248,6 +248,16 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
     return plan
 
 
+def prepare_caches(name: str, caches: Path, last: Path | None, cold: Path | None) -> None:
+    """Fill a run's cache folder before it starts: ``copied``, a copy of the
+    last run's (what an image build bakes, at another path); ``TileLang cold``,
+    the last cold run's Triton cache only. Other runs start on what they have."""
+    if name == "copied" and last is not None:
+        shutil.copytree(last, caches)
+    elif name.startswith("TileLang cold") and cold is not None:
+        shutil.copytree(cold / "triton", caches / "triton")
+
+
 def host_cpus() -> dict[str, Any]:
     """The CPUs compiles can use: the thread pools scale only as far as
     these go (a cgroup quota below the core count caps them unseen)."""
@@ -296,11 +306,7 @@ def main() -> None:
         last: Path | None = None
         cold: Path | None = None
         for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
-            if name == "copied" and last is not None:
-                # What an image build bakes, at another path, read by a new process.
-                shutil.copytree(last, caches)
-            elif name.startswith("TileLang cold") and cold is not None:
-                shutil.copytree(cold / "triton", caches / "triton")
+            prepare_caches(name, caches, last, cold)
             runs[name] = run_once(args.tree, flags, caches, args.runner, threads)
             last = caches
             if name.startswith("cold"):

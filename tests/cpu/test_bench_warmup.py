@@ -129,6 +129,29 @@ def test_runs_plan_a_cold_run_per_tilelang_thread_count(tmp_path: Any) -> None:
     ]
 
 
+def test_caches_prepared_for_each_run(tmp_path: Any) -> None:
+    """Walk a plan as ``main`` does, each run leaving a Triton and a TileLang
+    entry: ``TileLang cold`` starts with the cold run's Triton cache and no
+    TileLang one, ``copied`` with everything the last run had."""
+    bench = _bench()
+    last = cold = None
+    seen: dict[str, set[str]] = {}
+    for name, _, caches in bench._plan("cold,copied,tilelang-cold:1,warm", "16", tmp_path):
+        bench.prepare_caches(name, caches, last, cold)
+        seen[name] = {str(p.relative_to(caches)) for p in caches.rglob("*") if p.is_file()}
+        for backend in ("triton", "tilelang"):  # what the run writes
+            (caches / backend).mkdir(parents=True, exist_ok=True)
+            (caches / backend / f"{name}.bin").write_text(name)
+        last = caches
+        if name.startswith("cold"):
+            cold = caches
+    assert seen["cold t=16"] == set()
+    assert seen["copied"] == {"triton/cold t=16.bin", "tilelang/cold t=16.bin"}
+    # the cold run's Triton cache, not the last run's (copied wrote its own)
+    assert seen["TileLang cold t=1"] == {"triton/cold t=16.bin"}
+    assert seen["warm"] == {"triton/cold t=16.bin", "tilelang/cold t=16.bin"}
+
+
 def test_table_shows_every_run() -> None:
     bench = _bench()
     run = {
