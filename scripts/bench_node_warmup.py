@@ -20,8 +20,10 @@ together on empty caches:
 ``vllm serve`` has without ``TRITON_CACHE_DIR`` (torch.compile's per-rank
 folder); ``shared``: one for all, as with ``TRITON_CACHE_DIR`` set. TileLang's
 cache is one per node either way. Printed per run: the node's wall time (its
-slowest process), the slowest rank's registry warmup, and the binaries compiled
-and loaded summed over the ranks.
+slowest process), the slowest rank's ``vllm warmup-kernels`` seconds, each
+rank's registry warmup (what a serving rank pays), TileLang pool, Triton pool
+and wait at the barrier, and the binaries compiled and loaded summed over the
+ranks.
 """
 
 from __future__ import annotations
