@@ -40,9 +40,13 @@ def main() -> None:
     # Serial, in this process: the pool would move the compile elsewhere.
     os.environ["VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"] = "1"
 
-    from dsv4warmup.v033 import platform
+    import torch
 
-    platform.install(platform.H200)
+    if not torch.cuda.is_available():
+        # A CPU host: vLLM sees an H200 stand-in (the kernel module asks the platform).
+        from dsv4warmup.v033 import platform
+
+        platform.install(platform.H200)
     import tilelang  # noqa: F401  (puts its TVM on the path)
     from tvm.ir import transform
     from vllm.model_executor.kernels.mhc import tilelang_kernels as tk

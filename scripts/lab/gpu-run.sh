@@ -3,7 +3,8 @@
 #   .lab/gpu-lab/ (the recipe), .lab/full/site.tar.xz (scripts/lab/build-lab-bundle.sh),
 #   .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
-# Phases: upstream (vLLM's own kernel tests, pristine + patched), gpu (our forked GPU
+# Phases: upstream (vLLM's own kernel tests, pristine + patched), tilelang_compile (lscpu +
+# scripts/bench_tilelang_compile.py), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
 # scripts/bench_node_warmup.py), mhc (mHC warmup vs upstream grid),
 # first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
@@ -95,6 +96,11 @@ phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold 
   ( lab ${BENCH_TREE:-patched}; cd "$REPO" && echo "### bench_warmup ${BENCH_ARGS:-}" &&
     timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_warmup.py --tree "$DSV4_VLLM_TREE" \
       ${BENCH_ARGS:-} --json "$OUT/bench_warmup.json" 2>&1 )
+}
+
+phase_tilelang_compile() {  # the host's CPUs, then one mHC TileLang key's compile alone (#18)
+  ( lab patched; cd "$REPO" && lscpu && echo "### one TileLang compile" &&
+    timeout ${PHASE_TIMEOUT:-120} python3 scripts/bench_tilelang_compile.py 2>&1 )
 }
 
 phase_bench_node() {  # scripts/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
