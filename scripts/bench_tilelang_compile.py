@@ -48,6 +48,7 @@ def main() -> None:
 
         platform.install(platform.H200)
     import tilelang  # noqa: F401  (puts its TVM on the path)
+    from bench_tilelang_elaboration import flash_pre_big_fuse_key
     from tvm.ir import transform
     from vllm.model_executor.kernels.mhc import tilelang_kernels as tk
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
@@ -71,19 +72,7 @@ def main() -> None:
         while not done.wait(0.02):
             most_threads[0] = max(most_threads[0], len(os.listdir("/proc/self/task")))
 
-    key = tk.MhcPreBigFuseTileLangKernel.CompileKey(
-        hidden_size=4096,
-        hc_mult=4,
-        n_splits=args.n_splits,
-        use_norm_weight=True,
-        is_broadcast=not args.no_broadcast,
-        rms_eps=1e-6,
-        hc_pre_eps=1e-6,
-        hc_sinkhorn_eps=1e-6,
-        hc_post_mult_value=2.0,
-        sinkhorn_repeat=20,
-        norm_eps=1e-6,
-    )
+    key = flash_pre_big_fuse_key(args.n_splits, broadcast=not args.no_broadcast)
     threading.Thread(target=count_threads, daemon=True).start()
     own0, children0 = _cpu_seconds()
     start = time.perf_counter()

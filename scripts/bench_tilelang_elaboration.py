@@ -56,6 +56,26 @@ def _memoize_mutate() -> None:
     tl_builder.mutate = mutate
 
 
+def flash_pre_big_fuse_key(n_splits: int, broadcast: bool) -> Any:
+    """A DeepSeek V4 Flash ``mhc_pre_big_fuse`` compile key (hidden 4096,
+    hc_mult 4); vLLM's platform must be set up before."""
+    from vllm.model_executor.kernels.mhc import tilelang_kernels as tk
+
+    return tk.MhcPreBigFuseTileLangKernel.CompileKey(
+        hidden_size=4096,
+        hc_mult=4,
+        n_splits=n_splits,
+        use_norm_weight=True,
+        is_broadcast=broadcast,
+        rms_eps=1e-6,
+        hc_pre_eps=1e-6,
+        hc_sinkhorn_eps=1e-6,
+        hc_post_mult_value=2.0,
+        sinkhorn_repeat=20,
+        norm_eps=1e-6,
+    )
+
+
 def elaborate(rounds: int) -> dict[str, Any]:
     """Elaborate the keys ``rounds`` times in this process (no compile)."""
     from dsv4warmup.v033 import platform
@@ -66,19 +86,7 @@ def elaborate(rounds: int) -> dict[str, Any]:
 
     owner = tk._MHC_PRE_BIG_FUSE_TILELANG_KERNEL
     keys = [
-        tk.MhcPreBigFuseTileLangKernel.CompileKey(
-            hidden_size=4096,
-            hc_mult=4,
-            n_splits=n_splits,
-            use_norm_weight=True,
-            is_broadcast=broadcast,
-            rms_eps=1e-6,
-            hc_pre_eps=1e-6,
-            hc_sinkhorn_eps=1e-6,
-            hc_post_mult_value=2.0,
-            sinkhorn_repeat=20,
-            norm_eps=1e-6,
-        )
+        flash_pre_big_fuse_key(n_splits, broadcast)
         for broadcast in (False, True)
         for n_splits in (16, 8)
     ]
