@@ -102,6 +102,19 @@ def _stand_in_for_what_the_lab_lacks() -> tuple[str, ...]:
     return lacking
 
 
+def _timed(func: Any, done: Any) -> Any:
+    """``func`` calling ``done(args, seconds)`` after each call, also on error."""
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            done(args, time.perf_counter() - start)
+
+    return timed
+
+
 def _time_compiles() -> dict[str, dict[str, Any]]:
     from vllm.model_executor.warmup.jit_warmup import VllmJitKernel
     from vllm.model_executor.warmup.offline_warmup import kernel_name
@@ -131,16 +144,10 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
 
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
 
-    registry_warmup = JitWarmupRegistry.warmup
-
-    def timed_registry(self: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return registry_warmup(self, *args, **kwargs)
-        finally:
-            add_row(REGISTRY_ROW, JitWarmupRegistry.__module__, 0, time.perf_counter() - start)
-
-    JitWarmupRegistry.warmup = timed_registry  # type: ignore[method-assign]
+    JitWarmupRegistry.warmup = _timed(  # type: ignore[method-assign]
+        JitWarmupRegistry.warmup,
+        lambda args, seconds: add_row(REGISTRY_ROW, JitWarmupRegistry.__module__, 0, seconds),
+    )
 
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 
@@ -190,17 +197,11 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
 
         def timed_shares(*args: Any, **kwargs: Any) -> Any:
             shares = share_compiles(*args, **kwargs)
-            wait = shares.wait
-            if wait is not None:
-
-                def timed_wait() -> None:
-                    start = time.perf_counter()
-                    try:
-                        wait()
-                    finally:
-                        add_row(WAIT_ROW, sharing.__name__, 0, time.perf_counter() - start)
-
-                shares.wait = timed_wait
+            if shares.wait is not None:
+                shares.wait = _timed(
+                    shares.wait,
+                    lambda args, seconds: add_row(WAIT_ROW, sharing.__name__, 0, seconds),
+                )
             return shares
 
         sharing.share_compiles = timed_shares
@@ -231,31 +232,23 @@ def _time_each_tilelang_key(helper: Any, timings: dict[str, dict[str, Any]]) -> 
             row["seconds"] = max(row["seconds"], seconds)
             row["each"].append([_tilelang_kernel_name(jit_impl), round(seconds, 3)])
 
+    def record_key(args: tuple[Any, ...], seconds: float) -> None:
+        record(args[0], seconds)  # the JIT is the first argument
+
     elaborated = getattr(helper, "_compile_elaborated", None)
     if elaborated is not None:
-
-        def timed_elaborated(jit_impl: Any, *args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return elaborated(jit_impl, *args, **kwargs)
-            finally:
-                record(jit_impl, time.perf_counter() - start)
-
-        helper._compile_elaborated = timed_elaborated
+        helper._compile_elaborated = _timed(elaborated, record_key)
     whole = helper.compile_tilelang
+    timed_whole = _timed(whole, record_key)
     pool = getattr(helper, "_compile_pool", None)
 
-    def timed_whole(jit_impl: Any, *args: Any, **kwargs: Any) -> Any:
+    def compile_tilelang(jit_impl: Any, *args: Any, **kwargs: Any) -> Any:
         # In the pool this only elaborates and submits: timed above.
         if pool is not None and pool.get() is not None and hasattr(jit_impl, "get_tir"):
             return whole(jit_impl, *args, **kwargs)
-        start = time.perf_counter()
-        try:
-            return whole(jit_impl, *args, **kwargs)
-        finally:
-            record(jit_impl, time.perf_counter() - start)
+        return timed_whole(jit_impl, *args, **kwargs)
 
-    helper.compile_tilelang = timed_whole
+    helper.compile_tilelang = compile_tilelang
 
 
 def warm_as_a_tensor_parallel_rank(rank_of_world: str, store: Path) -> None:
