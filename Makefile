@@ -65,8 +65,10 @@ audit-sample: setup
 
 # pytest exits 5 when it collected nothing: that is a failure here. Test files
 # are spread over TEST_WORKERS processes, each file whole (its fixtures run once).
+# The sdists are fetched first, once: a download that fails is one clear error,
+# not every tree-building test erroring at setup.
 TEST_WORKERS ?= 2
-test: setup
+test: setup fetch
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "error: no tests collected" >&2; \
 	  [ $$rc -ne 5 ] && exit $$rc || exit 1

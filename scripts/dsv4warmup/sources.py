@@ -15,8 +15,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from .paths import CACHE
 
@@ -32,6 +36,36 @@ DEFAULT_BASE = "0.33.0"
 
 class SourceError(RuntimeError):
     pass
+
+
+# A CI host's network drops a request now and then; every test that needs a tree
+# erroring for one dropped connection is worse than waiting a few seconds.
+DOWNLOAD_TRIES = 4
+RETRY_DELAY_S = 2.0
+
+
+T = TypeVar("T")
+
+
+def _with_retries(what: str, attempt: Callable[[], T]) -> T:
+    """``attempt()``, tried again after a network error (connection, timeout, a
+    5xx or 429 answer) with doubling delays; any other error at once."""
+    delay = RETRY_DELAY_S
+    for n in range(1, DOWNLOAD_TRIES + 1):
+        try:
+            return attempt()
+        except urllib.error.HTTPError as e:
+            if e.code < 500 and e.code != 429:
+                raise SourceError(f"{what}: HTTP {e.code} {e.reason}") from e
+            err: Exception = e
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            err = e
+        if n == DOWNLOAD_TRIES:
+            raise SourceError(f"{what}: {err} (tried {n} times)") from err
+        print(f"{what}: {err}; trying again in {delay:.0f} s", file=sys.stderr)
+        time.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
 
 
 def check_known(version: str) -> str:
@@ -71,12 +105,14 @@ def _index_url() -> str:
 
 def _file_url(filename: str) -> str:
     """Download address of one vLLM release file, from the JSON simple index."""
-    req = urllib.request.Request(
-        f"{_index_url()}/vllm/",
-        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        index = json.load(resp)
+    url = f"{_index_url()}/vllm/"
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+
+    def read_index() -> dict:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.load(resp)
+
+    index = _with_retries(f"reading the package index {url}", read_index)
     for entry in index.get("files", []):
         if entry.get("filename") == filename:
             return str(entry["url"])
@@ -99,9 +135,19 @@ def cached_release_file(filename: str, expected_sha256: str, folder: str) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     url = _file_url(filename)
     print(f"fetching {filename}", file=sys.stderr)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        with urllib.request.urlopen(url, timeout=600) as resp:
-            shutil.copyfileobj(resp, tmp)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{filename}.", delete=False) as tmp:
+
+        def download() -> None:
+            tmp.seek(0)
+            tmp.truncate()
+            with urllib.request.urlopen(url, timeout=600) as resp:
+                shutil.copyfileobj(resp, tmp)
+
+        try:
+            _with_retries(f"downloading {filename} from {url}", download)
+        except BaseException:
+            os.unlink(tmp.name)
+            raise
     got = _sha256(Path(tmp.name))
     if got != expected_sha256:
         os.unlink(tmp.name)

@@ -1,0 +1,141 @@
+"""Downloads of pristine sources: a dropped connection is tried again, a wrong
+answer is not, and a failed download leaves nothing in the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsv4warmup import sources
+
+PAYLOAD = b"not really an sdist\n" * 100
+SHA = hashlib.sha256(PAYLOAD).hexdigest()
+FILE_URL = "https://files.example/vllm-9.9.9.tar.gz"
+
+
+class FakeNet:
+    """``urlopen`` that fails with ``failures`` (in order) before answering."""
+
+    def __init__(self, failures: list[Exception], body: bytes = PAYLOAD) -> None:
+        self.failures = list(failures)
+        self.body = body
+        self.calls: list[str] = []
+
+    def __call__(self, req: Any, timeout: float) -> io.BytesIO:
+        self.calls.append(req if isinstance(req, str) else req.full_url)
+        if self.failures:
+            raise self.failures.pop(0)
+        return io.BytesIO(self.body)
+
+
+@pytest.fixture
+def net(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
+    """The cache under tmp_path, no real sleeping; returns the delays slept."""
+    slept: list[float] = []
+    monkeypatch.setattr(sources, "CACHE", tmp_path)
+    monkeypatch.setattr(sources.time, "sleep", slept.append)
+    monkeypatch.setattr(sources, "_file_url", lambda filename: FILE_URL)
+    return slept
+
+
+def _http_error(code: int) -> urllib.error.HTTPError:
+    return urllib.error.HTTPError(FILE_URL, code, "status", {}, None)  # type: ignore[arg-type]
+
+
+def test_dropped_connections_are_tried_again(
+    net: list[float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = FakeNet(
+        [
+            urllib.error.URLError("connection reset"),
+            TimeoutError("read timed out"),
+            _http_error(503),
+        ]
+    )
+    monkeypatch.setattr(sources.urllib.request, "urlopen", fake)
+    path = sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist")
+    assert path == tmp_path / "sdist" / "vllm-9.9.9.tar.gz"
+    assert path.read_bytes() == PAYLOAD
+    assert len(fake.calls) == 4
+    assert net == [2.0, 4.0, 8.0]
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    # cached: no second download
+    assert sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist") == path
+    assert len(fake.calls) == 4
+
+
+def test_a_partial_download_is_not_kept_across_tries(
+    net: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class HalfThenDrop(FakeNet):
+        def __call__(self, req: Any, timeout: float) -> io.BytesIO:
+            self.calls.append(str(req))
+            if len(self.calls) == 1:
+
+                class Dropping(io.BytesIO):
+                    """More bytes than the file has, then the peer resets."""
+
+                    def read(self, n: int = -1) -> bytes:
+                        if self.tell():
+                            raise ConnectionResetError("peer reset")
+                        self.seek(1)
+                        return b"x" * (len(PAYLOAD) + 500)
+
+                return Dropping(self.body)
+            return io.BytesIO(self.body)
+
+    fake = HalfThenDrop([])
+    monkeypatch.setattr(sources.urllib.request, "urlopen", fake)
+    path = sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist")
+    assert path.read_bytes() == PAYLOAD  # no stale bytes of the first try
+    assert len(fake.calls) == 2
+
+
+def test_a_network_that_stays_down_fails_clearly_and_leaves_nothing(
+    net: list[float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = FakeNet([urllib.error.URLError("no route to host")] * sources.DOWNLOAD_TRIES)
+    monkeypatch.setattr(sources.urllib.request, "urlopen", fake)
+    with pytest.raises(sources.SourceError) as err:
+        sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist")
+    msg = str(err.value)
+    assert "vllm-9.9.9.tar.gz" in msg and FILE_URL in msg
+    assert "no route to host" in msg and f"tried {sources.DOWNLOAD_TRIES} times" in msg
+    assert len(fake.calls) == sources.DOWNLOAD_TRIES
+    assert list((tmp_path / "sdist").iterdir()) == []
+
+
+@pytest.mark.parametrize("code", [403, 404])
+def test_a_refusal_is_not_tried_again(
+    net: list[float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: int
+) -> None:
+    fake = FakeNet([_http_error(code)])
+    monkeypatch.setattr(sources.urllib.request, "urlopen", fake)
+    with pytest.raises(sources.SourceError, match=f"HTTP {code}"):
+        sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist")
+    assert len(fake.calls) == 1 and net == []
+    assert list((tmp_path / "sdist").iterdir()) == []
+
+
+def test_a_wrong_file_is_refused_not_cached(
+    net: list[float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sources.urllib.request, "urlopen", FakeNet([], body=b"tampered"))
+    with pytest.raises(sources.SourceError, match="sha256 mismatch"):
+        sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist")
+    assert list((tmp_path / "sdist").iterdir()) == []
+
+
+def test_the_index_read_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sources.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sources, "_index_url", lambda: "https://index.example/simple")
+    body = json.dumps({"files": [{"filename": "vllm-9.9.9.tar.gz", "url": FILE_URL}]}).encode()
+    fake = FakeNet([ConnectionRefusedError("refused")], body=body)
+    monkeypatch.setattr(sources.urllib.request, "urlopen", fake)
+    assert sources._file_url("vllm-9.9.9.tar.gz") == FILE_URL
+    assert fake.calls == ["https://index.example/simple/vllm/"] * 2
