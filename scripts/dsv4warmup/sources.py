@@ -1,13 +1,14 @@
 """Pristine vLLM sources: the PyPI sdist of a supported base, sha256-verified.
 
-The sdist carries the full ``vllm/`` and ``tests/`` trees. It is fetched through
-the package index's JSON simple API (PEP 691) from whatever index pip is
-configured with, verified against the hashes below, and cached.
+The sdist carries the full ``vllm/`` and ``tests/`` trees. It is fetched from the
+first simple index pip is configured with that lists it (JSON, PEP 691, or HTML,
+PEP 503), verified against the hashes below, and cached.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html.parser
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -47,11 +49,11 @@ RETRY_DELAY_S = 2.0
 T = TypeVar("T")
 
 
-def _with_retries(what: str, attempt: Callable[[], T]) -> T:
+def _with_retries(what: str, attempt: Callable[[], T], tries: int = DOWNLOAD_TRIES) -> T:
     """``attempt()``, tried again after a network error (connection, timeout, a
     5xx or 429 answer) with doubling delays; any other error at once."""
     delay = RETRY_DELAY_S
-    for n in range(1, DOWNLOAD_TRIES + 1):
+    for n in range(1, tries + 1):
         try:
             return attempt()
         except urllib.error.HTTPError as e:
@@ -60,7 +62,7 @@ def _with_retries(what: str, attempt: Callable[[], T]) -> T:
             err: Exception = e
         except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
             err = e
-        if n == DOWNLOAD_TRIES:
+        if n == tries:
             raise SourceError(f"{what}: {err} (tried {n} times)") from err
         print(f"{what}: {err}; trying again in {delay:.0f} s", file=sys.stderr)
         time.sleep(delay)
@@ -76,16 +78,16 @@ def check_known(version: str) -> str:
     return version
 
 
+def _pip_config(key: str) -> str:
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", key], capture_output=True, text=True
+    )
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
 def _index_url() -> str:
     """The simple index pip itself would use."""
-    url = os.environ.get("PIP_INDEX_URL")
-    if not url:
-        res = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
-            capture_output=True,
-            text=True,
-        )
-        url = res.stdout.strip() if res.returncode == 0 else ""
+    url = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url")
     if not url:
         # pip's own default, asked in a subprocess: importing pip's internals
         # here would pull the stdlib distutils into the test process.
@@ -103,20 +105,81 @@ def _index_url() -> str:
     return url.rstrip("/")
 
 
-def _file_url(filename: str) -> str:
-    """Download address of one vLLM release file, from the JSON simple index."""
-    url = f"{_index_url()}/vllm/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+def _index_urls() -> list[str]:
+    """The simple indexes pip would look in: its index, then the extra ones."""
+    extra = os.environ.get("PIP_EXTRA_INDEX_URL") or _pip_config("global.extra-index-url")
+    return [_index_url(), *(u.rstrip("/") for u in extra.split())]
 
-    def read_index() -> dict:
+
+class _Links(html.parser.HTMLParser):
+    """The file links of a PEP 503 project page: anchor text -> href."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: dict[str, str] = {}
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links["".join(self._text).strip()] = self._href
+            self._href = None
+
+
+def _project_files(index: str) -> dict[str, str]:
+    """Filename -> download address of every vLLM file on one simple index,
+    from its JSON answer (PEP 691) or its HTML page (PEP 503)."""
+    url = f"{index}/vllm/"
+    local = url.startswith("file:")
+    if local:  # a folder tree on disk: each project page is an index.html
+        url += "index.html"
+    req = urllib.request.Request(
+        url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
+    )
+
+    def read_page() -> tuple[str, str, bytes]:
         with urllib.request.urlopen(req, timeout=120) as resp:
-            return json.load(resp)
+            return resp.geturl(), resp.headers.get_content_type(), resp.read()
 
-    index = _with_retries(f"reading the package index {url}", read_index)
-    for entry in index.get("files", []):
-        if entry.get("filename") == filename:
-            return str(entry["url"])
-    raise SourceError(f"{filename} is not on the package index")
+    # a missing local page stays missing: no point waiting to read it again
+    where, content_type, body = _with_retries(
+        f"reading the package index {url}", read_page, tries=1 if local else DOWNLOAD_TRIES
+    )
+    if content_type.endswith("json"):
+        files = {e["filename"]: e["url"] for e in json.loads(body).get("files", [])}
+    else:
+        parser = _Links()
+        parser.feed(body.decode("utf-8", "replace"))
+        files = parser.links
+    return {
+        name: urllib.parse.urldefrag(urllib.parse.urljoin(where, href)).url
+        for name, href in files.items()
+    }
+
+
+def _file_url(filename: str) -> str:
+    """Download address of one vLLM release file, from the first simple index
+    pip uses that has it."""
+    problems = []
+    for index in _index_urls():
+        try:
+            files = _project_files(index)
+        except (SourceError, ValueError, KeyError) as e:
+            problems.append(f"{index}: {e}")
+            continue
+        if filename in files:
+            return files[filename]
+        problems.append(f"{index}: no such file")
+    raise SourceError(f"{filename} is on no package index pip uses ({'; '.join(problems)})")
 
 
 def _sha256(path: Path) -> str:

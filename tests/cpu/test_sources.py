@@ -3,6 +3,7 @@ answer is not, and a failed download leaves nothing in the cache."""
 
 from __future__ import annotations
 
+import email.message
 import hashlib
 import io
 import json
@@ -18,19 +19,37 @@ SHA = hashlib.sha256(PAYLOAD).hexdigest()
 FILE_URL = "https://files.example/vllm-9.9.9.tar.gz"
 
 
+class Answer(io.BytesIO):
+    """What ``urlopen`` returns: a body, its address, its content type."""
+
+    def __init__(self, body: bytes, url: str = FILE_URL, content_type: str = "") -> None:
+        super().__init__(body)
+        self.url = url
+        self.headers = email.message.Message()
+        if content_type:
+            self.headers["Content-Type"] = content_type
+
+    def geturl(self) -> str:
+        return self.url
+
+
 class FakeNet:
     """``urlopen`` that fails with ``failures`` (in order) before answering."""
 
-    def __init__(self, failures: list[Exception], body: bytes = PAYLOAD) -> None:
+    def __init__(
+        self, failures: list[Exception], body: bytes = PAYLOAD, content_type: str = ""
+    ) -> None:
         self.failures = list(failures)
         self.body = body
+        self.content_type = content_type
         self.calls: list[str] = []
 
     def __call__(self, req: Any, timeout: float) -> io.BytesIO:
-        self.calls.append(req if isinstance(req, str) else req.full_url)
+        url = req if isinstance(req, str) else req.full_url
+        self.calls.append(url)
         if self.failures:
             raise self.failures.pop(0)
-        return io.BytesIO(self.body)
+        return Answer(self.body, url, self.content_type)
 
 
 @pytest.fixture
@@ -131,11 +150,78 @@ def test_a_wrong_file_is_refused_not_cached(
     assert list((tmp_path / "sdist").iterdir()) == []
 
 
+JSON = "application/vnd.pypi.simple.v1+json"
+
+
 def test_the_index_read_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sources.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sources, "_index_url", lambda: "https://index.example/simple")
+    monkeypatch.setattr(sources, "_index_urls", lambda: ["https://index.example/simple"])
     body = json.dumps({"files": [{"filename": "vllm-9.9.9.tar.gz", "url": FILE_URL}]}).encode()
-    fake = FakeNet([ConnectionRefusedError("refused")], body=body)
+    fake = FakeNet([ConnectionRefusedError("refused")], body=body, content_type=JSON)
     monkeypatch.setattr(sources.urllib.request, "urlopen", fake)
     assert sources._file_url("vllm-9.9.9.tar.gz") == FILE_URL
     assert fake.calls == ["https://index.example/simple/vllm/"] * 2
+
+
+def test_an_html_index_is_read_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PEP 503 pages (what many mirrors serve): relative links resolved against
+    the page, the hash fragment dropped, the anchor text is the filename."""
+    page = b"""<!DOCTYPE html><html><body>
+    <a href="../../packages/vllm-9.9.8.tar.gz#sha256=00">vllm-9.9.8.tar.gz</a><br/>
+    <a href="../../packages/ab/vllm-9.9.9.tar.gz#sha256=11" data-requires-python="&gt;=3.10">
+      vllm-9.9.9.tar.gz</a><br/>
+    </body></html>"""
+    monkeypatch.setattr(sources, "_index_urls", lambda: ["https://mirror.example/simple"])
+    monkeypatch.setattr(sources.urllib.request, "urlopen", FakeNet([], page, "text/html"))
+    got = sources._file_url("vllm-9.9.9.tar.gz")
+    assert got == "https://mirror.example/packages/ab/vllm-9.9.9.tar.gz"
+
+
+def test_the_extra_indexes_are_asked_in_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The index lacks the file, a missing local extra index is skipped at once,
+    a local folder index (file://, as pip reads one) has it."""
+    local = tmp_path / "simple"
+    (local / "vllm").mkdir(parents=True)
+    (local / "vllm" / "index.html").write_text(
+        '<a href="../../files/vllm-9.9.9.tar.gz">vllm-9.9.9.tar.gz</a>'
+    )
+    slept: list[float] = []
+    monkeypatch.setattr(sources.time, "sleep", slept.append)
+    real_urlopen = sources.urllib.request.urlopen
+    asked: list[str] = []
+
+    def urlopen(req: Any, timeout: float) -> Any:
+        asked.append(req.full_url)
+        if req.full_url.startswith("file:"):
+            return real_urlopen(req, timeout=timeout)
+        return Answer(b'{"files": []}', req.full_url, JSON)
+
+    missing = (tmp_path / "nowhere").as_uri()
+    monkeypatch.setattr(sources.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(
+        sources, "_index_urls", lambda: ["https://index.example/simple", missing, local.as_uri()]
+    )
+    assert sources._file_url("vllm-9.9.9.tar.gz") == (tmp_path / "files/vllm-9.9.9.tar.gz").as_uri()
+    assert asked == [
+        "https://index.example/simple/vllm/",
+        f"{missing}/vllm/index.html",
+        f"{local.as_uri()}/vllm/index.html",
+    ]
+    assert slept == []
+    with pytest.raises(sources.SourceError) as err:
+        sources._file_url("vllm-0.0.1.tar.gz")
+    msg = str(err.value)
+    assert "vllm-0.0.1.tar.gz is on no package index" in msg
+    assert "https://index.example/simple: no such file" in msg and missing in msg
+
+
+def test_extra_indexes_come_from_pip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", "https://one.example/simple/")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://two.example/simple file:///opt/three/")
+    assert sources._index_urls() == [
+        "https://one.example/simple",
+        "https://two.example/simple",
+        "file:///opt/three",
+    ]
