@@ -80,6 +80,10 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         module.__spec__ = spec
         module.__name__ = spec.name
+        if spec.name == "tilelang.env":
+            # No disk cache to share or name: else a directory called after
+            # the mock's repr appears in the working directory.
+            module.is_cache_enabled = lambda: False
         return module
 
     def exec_module(self, module: Any) -> None:
