@@ -2,7 +2,7 @@
 
     python scripts/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm,copied]
         [--tilelang-threads 1,4,16] [--variant flash|pro] [--max-num-batched-tokens N]
-        [--num-speculative-tokens K] [--runner v2|v1] [--json FILE]
+        [--num-speculative-tokens K] [--runner v2|v1] [--deep-gemm-keys] [--json FILE]
 
 Each run is a fresh ``vllm warmup-kernels`` process (:mod:`dsv4warmup.gpu.prewarm_runner`)
 for the deployment (DeepSeek V4 Flash or Pro from a generated ``config.json``,
@@ -23,6 +23,9 @@ cache: the TileLang compiles alone on the host; with ``:1`` each key's compile
 alone, whose slowest is the floor of any pool. ``--triton-threads`` sets
 ``VLLM_TRITON_JIT_WARMUP_NUM_THREADS`` for every run. Each run with TileLang
 compiles prints its keys' compile seconds (slowest, median, sum).
+``--deep-gemm-keys`` (a host without DeepGEMM, like the GPU lab): the keys of
+a deployment with DeepGEMM, the report's (the mHC epilogues at each DeepGEMM
+split count; ``DSV4_DEEP_GEMM_KEYS=1`` for the runner).
 
 A family's seconds add up its kernels' ``compile_many`` calls: Triton kernels
 compile in parallel threads, so their seconds overlap and can exceed the wall
@@ -54,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402
+    DEEP_GEMM_KEYS_ENV,
     KEYS_ROW,
     POOL_ROW,
     REGISTRY_ROW,
@@ -283,10 +287,17 @@ def main() -> None:
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--num-speculative-tokens", type=int, default=1)
     ap.add_argument("--runner", choices=("v2", "v1"), default="v2")
+    ap.add_argument(
+        "--deep-gemm-keys",
+        action="store_true",
+        help="without DeepGEMM installed, warm a DeepGEMM deployment's keys (the report's)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.triton_threads is not None:
         os.environ["VLLM_TRITON_JIT_WARMUP_NUM_THREADS"] = str(args.triton_threads)
+    if args.deep_gemm_keys:
+        os.environ[DEEP_GEMM_KEYS_ENV] = "1"
     if not (args.tree / "vllm/entrypoints/cli/warmup_kernels.py").is_file():
         sys.exit(f"error: --tree {args.tree}: no `vllm warmup-kernels` (apply the 0.33.0 series)")
 
@@ -315,7 +326,8 @@ def main() -> None:
     host = host_cpus()
     print(
         f"{args.variant}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
-        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}, Triton threads "
+        f"MTP k={cfg.num_speculative_tokens}, runner {args.runner}, DeepGEMM keys "
+        f"{os.environ.get(DEEP_GEMM_KEYS_ENV) == '1' or 'as installed'}, Triton threads "
         f"{os.environ.get('VLLM_TRITON_JIT_WARMUP_NUM_THREADS', 'default')}; host CPUs: "
         + ", ".join(f"{k} {v}" for k, v in host.items())
     )

@@ -61,6 +61,30 @@ def test_runner_gets_the_command_through_on_the_lab(
     assert SERIES_KERNELS <= {k["name"] for k in summary["kernels"]}
 
 
+def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
+    """``DSV4_DEEP_GEMM_KEYS=1`` where DeepGEMM is missing: the mHC epilogue
+    keys follow DeepGEMM's split counts and the TileLang pre-norm GEMM (the
+    fallback without DeepGEMM) is not registered; without it, the lab's own."""
+    from dsv4warmup.gpu.prewarm_runner import DEEP_GEMM_KEYS_ENV
+
+    def keys(res: subprocess.CompletedProcess) -> dict[str, int]:
+        assert res.returncode == 0, res.stderr[-4000:]
+        summary = json.loads(res.stdout.strip().splitlines()[-1])
+        return {k["name"]: len(k["keys"]) for k in summary["kernels"]}
+
+    with_dg = _run(tmp_path / "dg", "flash", "v2", **{DEEP_GEMM_KEYS_ENV: "1"})
+    assert "lab: DeepGEMM answered present" in with_dg.stderr
+    lab = _run(tmp_path / "lab", "flash", "v2")
+    assert "DeepGEMM answered" not in lab.stderr
+    dg, own = keys(with_dg), keys(lab)
+    assert "HcPrenormGemmTileLangKernel" not in dg and own["HcPrenormGemmTileLangKernel"] > 0
+    # the with-norm epilogue at each DeepGEMM split count, not the TileLang GEMM's one
+    assert dg["MhcPreBigFuseTileLangKernel"] > own["MhcPreBigFuseTileLangKernel"]
+    assert {k: v for k, v in dg.items() if "TileLang" not in k} == {
+        k: v for k, v in own.items() if "TileLang" not in k
+    }
+
+
 def test_without_its_op_stubs_the_command_stops_as_on_the_lab(tmp_path: Path) -> None:
     res = _run(tmp_path, "flash", "v2", DSV4_LAB_HOST_NO_OP_STUBS="1")
     assert res.returncode != 0

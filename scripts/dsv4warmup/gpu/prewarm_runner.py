@@ -17,6 +17,11 @@ stderr (``lab: skipped``). On a full install it runs the command unchanged.
 one rank of a gloo tensor-parallel group of such processes, joined through that
 file store (``scripts/bench_node_warmup.py``).
 
+``DSV4_DEEP_GEMM_KEYS=1`` (where DeepGEMM is missing): vLLM is told DeepGEMM
+is there, so the registrations and keys are a DeepGEMM deployment's, e.g. the
+mHC pre epilogues' split counts (nothing calls DeepGEMM while keys are only
+compiled).
+
 ``DSV4_PREWARM_TIMINGS=1``: one more stderr line, ``timings: {json}``, with the
 seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
 threads, so theirs overlap) and its key count, by kernel name; with the 0.33.0
@@ -58,6 +63,8 @@ KEYS_ROW = "TileLang compile per key"
 # The registry's whole warmup (JitWarmupRegistry.warmup): what a serving
 # process pays at start-up, without the command's configuration and model.
 REGISTRY_ROW = "registry warmup"
+# "1": where DeepGEMM is missing, derive the keys of a deployment that has it.
+DEEP_GEMM_KEYS_ENV = "DSV4_DEEP_GEMM_KEYS"
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
 # The stand-ins stay for the whole process: a context manager entered without a
@@ -99,7 +106,24 @@ def _stand_in_for_what_the_lab_lacks() -> tuple[str, ...]:
         _STAND_INS.enter_context(
             mock.patch("vllm.model_executor.layers.sparse_attn_indexer.has_deep_gemm", lambda: True)
         )
+        if os.environ.get(DEEP_GEMM_KEYS_ENV) == "1":
+            _answer_deep_gemm_present()
     return lacking
+
+
+def _answer_deep_gemm_present() -> None:
+    """vLLM asked whether DeepGEMM is there answers yes, so the registrations
+    are a DeepGEMM deployment's (the mHC epilogues then read DeepGEMM's
+    split-k partials: their keys are the production ones). Only keys are
+    derived and compiled here; nothing calls DeepGEMM."""
+    import vllm.utils.deep_gemm as deep_gemm
+    from vllm.utils import import_utils
+
+    os.environ["VLLM_USE_DEEP_GEMM"] = "1"
+    for module in (import_utils, deep_gemm):
+        _STAND_INS.enter_context(mock.patch.object(module, "has_deep_gemm", lambda: True))
+    deep_gemm.is_deep_gemm_supported.cache_clear()
+    print("lab: DeepGEMM answered present (its deployment's keys)", file=sys.stderr)
 
 
 def _timed(func: Any, done: Any) -> Any:
