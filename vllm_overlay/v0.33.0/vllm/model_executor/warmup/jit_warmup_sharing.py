@@ -47,21 +47,13 @@ class WarmupShares:
 def jit_backend(kernel: Any) -> str | None:
     """The compiler whose disk cache ``kernel`` writes on CUDA (``"triton"``,
     ``"tilelang"``), or None for kernels whose compiles are not shared."""
-    from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
-        VllmTileLangJitKernel,
-    )
-    from vllm.model_executor.warmup.jit_warmup_triton_helper import (
-        VllmTritonJitKernel,
-    )
+    from vllm.model_executor.warmup.offline_warmup import kernel_backend
     from vllm.platforms import current_platform
 
     if not current_platform.is_cuda():
         return None
-    if isinstance(kernel, VllmTritonJitKernel):
-        return "triton"
-    if isinstance(kernel, VllmTileLangJitKernel):
-        return "tilelang"
-    return None
+    backend = kernel_backend(kernel)
+    return backend if backend in ("triton", "tilelang") else None
 
 
 def shared_cache_dir(backend: str | None) -> str | None:
