@@ -85,6 +85,32 @@ def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
     }
 
 
+_STAND_IN_CACHE = """
+from dsv4warmup.v033 import cpu_cli, platform
+cpu_cli.install(platform.H200, stand_ins=("tilelang",), permissive_ops=False)
+from vllm.model_executor.warmup import jit_warmup_sharing
+print(jit_warmup_sharing.shared_cache_dir("tilelang"))
+"""
+
+
+def test_the_stand_in_tilelang_has_no_disk_cache(tmp_path: Path) -> None:
+    """TileLang stood in has no cache folder for the ranks to share (else one
+    named after the mock's repr appears in the working directory)."""
+    if not (PATCHES / "v0.33.0").is_dir():
+        pytest.skip("no 0.33.0 series")
+    res = subprocess.run(
+        [sys.executable, "-c", _STAND_IN_CACHE],
+        capture_output=True,
+        text=True,
+        env=trees.python_env(trees.patched_tree("0.33.0")),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1] == "None"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_without_its_op_stubs_the_command_stops_as_on_the_lab(tmp_path: Path) -> None:
     res = _run(tmp_path, "flash", "v2", DSV4_LAB_HOST_NO_OP_STUBS="1")
     assert res.returncode != 0

@@ -80,10 +80,11 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         module.__spec__ = spec
         module.__name__ = spec.name
-        if spec.name == "tilelang.env":
-            # No disk cache to share or name: else a directory called after
-            # the mock's repr appears in the working directory.
-            module.is_cache_enabled = lambda: False
+        if spec.name == "tilelang":
+            # No disk cache to share or name (vLLM reads `from tilelang import
+            # env`, the mock's attribute): else a directory called after the
+            # mock's repr appears in the working directory.
+            module.env.is_cache_enabled = lambda: False
         return module
 
     def exec_module(self, module: Any) -> None:
