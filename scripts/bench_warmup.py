@@ -15,6 +15,11 @@ kernels, then everything else the registry holds), keys and the seconds their
 compiles took in each run; then the warmup's own total, the process wall time
 and what was compiled vs. read from the disk caches.
 
+``series-cold[:N]``: the report's 12 kernels alone (sparse MLA, speculative
+decoding, mHC; ``DSV4_WARM_SERIES_ONLY=1`` for the runner) on empty caches, N
+TileLang threads (default the last count): the issue's "whole warmup (every key
+of all 12 kernels)", without the registry's other kernels (which pristine warms
+too) competing for the cores.
 ``--tilelang-threads``: one cold run per ``VLLM_TILELANG_JIT_WARMUP_NUM_THREADS``
 value (each on empty caches; 1 = serial, as without patch 0009), then the warm
 run on the last one's caches. ``tilelang-cold[:N]``: TileLang cold with N
@@ -61,9 +66,11 @@ from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402
     KEYS_ROW,
     POOL_ROW,
     REGISTRY_ROW,
+    SERIES_ONLY_ENV,
     TIMINGS_PREFIX,
     TRITON_POOL_ROW,
     WAIT_ROW,
+    series_family,
     timings_from,
 )
 
@@ -77,13 +84,6 @@ FAMILIES = (
     "wait",
     "registry warmup",
 )
-_SPARSE_MLA = {"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"}
-_SPEC_DECODE = {
-    "MTPSharedHeadRMSNormKernel",
-    "_eagle_prepare_inputs_padded",
-    "_eagle_prepare_next_token_padded",
-    "eagle_step_slot_mapping_metadata_kernel",
-}
 
 
 def family(name: str, module: str) -> str:
@@ -96,13 +96,7 @@ def family(name: str, module: str) -> str:
         return "wait"
     if name == REGISTRY_ROW:
         return "registry warmup"
-    if name in _SPARSE_MLA:
-        return "sparse-MLA"
-    if name in _SPEC_DECODE or name.startswith(("_eagle_", "eagle_")):
-        return "spec-decode"
-    if module.startswith("vllm.model_executor.kernels.mhc."):
-        return "mHC"
-    return "other"
+    return series_family(name, module) or "other"
 
 
 def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -118,7 +112,11 @@ def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
 
 
 def runner_env(
-    tree: Path, caches: Path, runner: str, tilelang_threads: int | None = None
+    tree: Path,
+    caches: Path,
+    runner: str,
+    tilelang_threads: int | None = None,
+    series_only: bool = False,
 ) -> dict[str, str]:
     """The environment of one ``vllm warmup-kernels`` runner on ``caches``."""
     env = dict(
@@ -135,6 +133,8 @@ def runner_env(
     )
     if tilelang_threads is not None:
         env["VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"] = str(tilelang_threads)
+    if series_only:
+        env[SERIES_ONLY_ENV] = "1"
     return env
 
 
@@ -167,9 +167,14 @@ def runner_result(proc: subprocess.Popen[str], started: float) -> dict[str, Any]
 
 
 def run_once(
-    tree: Path, flags: list[str], caches: Path, runner: str, tilelang_threads: int | None = None
+    tree: Path,
+    flags: list[str],
+    caches: Path,
+    runner: str,
+    tilelang_threads: int | None = None,
+    series_only: bool = False,
 ) -> dict[str, Any]:
-    env = runner_env(tree, caches, runner, tilelang_threads)
+    env = runner_env(tree, caches, runner, tilelang_threads, series_only)
     return runner_result(*start_runner(flags, env))
 
 
@@ -179,13 +184,18 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         "| family | keys | " + " | ".join(f"{n} s" for n in names) + " |",
         "|---|---|" + "---|" * len(names),
     ]
-    first = runs[names[0]]["families"]
+
+    def keys(values: list[int]) -> str:
+        # one count, or each run's where they differ (a series-only run has
+        # no other kernels)
+        return str(values[0]) if len(set(values)) == 1 else " / ".join(map(str, values))
+
     for f in FAMILIES:
         cells = " | ".join(f"{runs[n]['families'][f]['seconds']:.2f}" for n in names)
-        lines.append(f"| {f} | {first[f]['keys']} | {cells} |")
+        lines.append(f"| {f} | {keys([runs[n]['families'][f]['keys'] for n in names])} | {cells} |")
     for label, key in (("`vllm warmup-kernels` (command)", "warmup_s"), ("process wall", "wall_s")):
         cells = " | ".join(f"{runs[n][key]:.2f}" for n in names)
-        lines.append(f"| {label} | {runs[names[0]]['num_keys']} | {cells} |")
+        lines.append(f"| {label} | {keys([runs[n]['num_keys'] for n in names])} | {cells} |")
     for n in names:
         lines.append(
             f"\n{n}: compiled {runs[n]['compiled'] or 0}, "
@@ -215,7 +225,8 @@ def per_key_summary(each: list[list[Any]]) -> str:
 def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str, int | None, Path]]:
     """(run name, TileLang threads, cache folder) per run, in order: a cold
     run per thread count on its own empty folders, warm on the last ones,
-    copied on a copy of them made just before it (``copied-caches``)."""
+    copied on a copy of them made just before it (``copied-caches``),
+    ``series cold`` on empty folders of its own."""
     counts: list[int | None] = [None]
     if tilelang_threads:
         try:
@@ -243,12 +254,22 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
                 sys.exit(f"error: --runs: {name}: tilelang-cold:N with N >= 1")
             t = int(threads) if threads else counts[-1]
             plan.append((f"TileLang cold t={t}", t, tmp / f"tilelang-cold-{t}"))
+        elif name.partition(":")[0] == "series-cold":
+            # the report's 12 kernels alone, cold; ":N" TileLang threads
+            threads = name.partition(":")[2]
+            if threads and not (threads.isdigit() and int(threads) >= 1):
+                sys.exit(f"error: --runs: {name}: series-cold:N with N >= 1")
+            t = int(threads) if threads else counts[-1]
+            plan.append((f"series cold t={t}", t, tmp / f"series-cold-{t}"))
         elif name in ("warm", "copied"):
             if caches is None:
                 sys.exit(f"error: --runs: {name} needs a cold run before it")
             plan.append((name, counts[-1], caches if name == "warm" else tmp / "copied-caches"))
         else:
-            sys.exit(f"error: --runs: unknown run {name!r} (cold, warm, copied, tilelang-cold[:N])")
+            sys.exit(
+                f"error: --runs: unknown run {name!r} "
+                "(cold, warm, copied, tilelang-cold[:N], series-cold[:N])"
+            )
     return plan
 
 
@@ -318,7 +339,8 @@ def main() -> None:
         cold: Path | None = None
         for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
             prepare_caches(name, caches, last, cold)
-            runs[name] = run_once(args.tree, flags, caches, args.runner, threads)
+            series_only = name.startswith("series cold")
+            runs[name] = run_once(args.tree, flags, caches, args.runner, threads, series_only)
             last = caches
             if name.startswith("cold"):
                 cold = caches

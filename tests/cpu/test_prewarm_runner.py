@@ -85,6 +85,35 @@ def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
     }
 
 
+def test_series_only_warms_the_reports_kernels_and_all_their_keys(tmp_path: Path) -> None:
+    """``DSV4_WARM_SERIES_ONLY=1``: the registry lists (and so warms) the
+    report's kernels with every key a full run has for them, and nothing else;
+    the full run (the control) has other kernels, which it drops."""
+    from dsv4warmup.gpu.prewarm_runner import (
+        SERIES_ONLY_ENV,
+        SPARSE_MLA_KERNELS,
+        SPEC_DECODE_KERNELS,
+    )
+
+    def kernels(res: subprocess.CompletedProcess) -> dict[str, tuple[str, list[str]]]:
+        assert res.returncode == 0, res.stderr[-4000:]
+        summary = json.loads(res.stdout.strip().splitlines()[-1])
+        return {k["name"]: (k["backend"], k["keys"]) for k in summary["kernels"]}
+
+    series_res = _run(tmp_path / "series", "flash", "v2", **{SERIES_ONLY_ENV: "1"})
+    series, full = kernels(series_res), kernels(_run(tmp_path / "full", "flash", "v2"))
+    assert f"of {len(full)} kernels)" in series_res.stderr
+    # the report's kernels, each with all of its keys
+    assert series == {name: full[name] for name in series}
+    assert SERIES_KERNELS <= set(series)
+    assert (SPARSE_MLA_KERNELS | SPEC_DECODE_KERNELS) & set(full) <= set(series)
+    # every mHC kernel (this deployment's TileLang kernels are all mHC ones)
+    assert {name for name, (backend, _) in full.items() if backend == "tilelang"} <= set(series)
+    # and no other kernel, of which the full run has some
+    dropped = set(full) - set(series)
+    assert dropped and not dropped & (SPARSE_MLA_KERNELS | SPEC_DECODE_KERNELS)
+
+
 _STAND_IN_CACHE = """
 from dsv4warmup.v033 import cpu_cli, platform
 cpu_cli.install(platform.H200, stand_ins=("tilelang",), permissive_ops=False)

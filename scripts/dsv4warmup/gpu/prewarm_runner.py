@@ -22,6 +22,11 @@ is there, so the registrations and keys are a DeepGEMM deployment's, e.g. the
 mHC pre epilogues' split counts (nothing calls DeepGEMM while keys are only
 compiled).
 
+``DSV4_WARM_SERIES_ONLY=1``: the registry warms only the 12 kernels of the
+report (:func:`series_family`: sparse MLA, speculative decoding, mHC), the rest
+of its registrations left out: the warmup cost those kernels add, the issue's
+"every key of all 12 kernels".
+
 ``DSV4_PREWARM_TIMINGS=1``: one more stderr line, ``timings: {json}``, with the
 seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
 threads, so theirs overlap) and its key count, by kernel name; with the 0.33.0
@@ -65,11 +70,61 @@ KEYS_ROW = "TileLang compile per key"
 REGISTRY_ROW = "registry warmup"
 # "1": where DeepGEMM is missing, derive the keys of a deployment that has it.
 DEEP_GEMM_KEYS_ENV = "DSV4_DEEP_GEMM_KEYS"
+# "1": warm only the report's 12 kernels (series_family), no other registration.
+SERIES_ONLY_ENV = "DSV4_WARM_SERIES_ONLY"
+# The report's kernels by the registry's kernel names (offline_warmup.kernel_name):
+# the sparse-MLA and speculative-decoding ones; the mHC ones are their module's.
+SPARSE_MLA_KERNELS = frozenset({"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"})
+SPEC_DECODE_KERNELS = frozenset(
+    {
+        "MTPSharedHeadRMSNormKernel",
+        "_eagle_prepare_inputs_padded",
+        "_eagle_prepare_next_token_padded",
+        "eagle_step_slot_mapping_metadata_kernel",
+    }
+)
+MHC_MODULE_PREFIX = "vllm.model_executor.kernels.mhc."
 # DeepGEMM and TileLang stay as installed: they decide the mHC keys.
 _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_attn.cute")
 # The stand-ins stay for the whole process: a context manager entered without a
 # reference is closed (and undone) when its generator is collected.
 _STAND_INS = contextlib.ExitStack()
+
+
+def series_family(name: str, module: str) -> str | None:
+    """The report's kernel family of a registered kernel (its name and module):
+    ``sparse-MLA``, ``spec-decode`` or ``mHC``; None for any other kernel."""
+    if name in SPARSE_MLA_KERNELS:
+        return "sparse-MLA"
+    if name in SPEC_DECODE_KERNELS or name.startswith(("_eagle_", "eagle_")):
+        return "spec-decode"
+    if module.startswith(MHC_MODULE_PREFIX):
+        return "mHC"
+    return None
+
+
+def _warm_series_only() -> None:
+    """Leave every registration but the report's kernels out of the registry's
+    warmup (and of ``--dry-run``'s listing: both read ``warmup_keys``)."""
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+    from vllm.model_executor.warmup.offline_warmup import kernel_name
+
+    warmup_keys = JitWarmupRegistry.warmup_keys
+
+    def series_keys(self: Any) -> Any:
+        items = warmup_keys(self)
+        kept = [
+            (kernel, keys)
+            for kernel, keys in items
+            if series_family(kernel_name(kernel), type(kernel).__module__)
+        ]
+        print(
+            f"lab: warming the report's kernels only ({len(kept)} of {len(items)} kernels)",
+            file=sys.stderr,
+        )
+        return kept
+
+    JitWarmupRegistry.warmup_keys = series_keys  # type: ignore[method-assign]
 
 
 def timings_from(stderr: str) -> dict[str, dict[str, Any]] | None:
@@ -308,6 +363,8 @@ def main(argv: list[str]) -> None:
             print(f"lab: skipped {type(self).__name__} ({len(keys)} keys)", file=sys.stderr)
 
         VllmCuTeDSLJitKernel.compile_many = skip  # type: ignore[method-assign]
+    if os.environ.get(SERIES_ONLY_ENV) == "1":
+        _warm_series_only()
     if os.environ.get("DSV4_PREWARM_TIMINGS") == "1":
         _time_compiles()
     if os.environ.get("DSV4_TP_RANK"):
