@@ -1,7 +1,7 @@
 """GPU check of the C128A top-k metadata kernel's bounds guard (run by hand).
 
     python scripts/dsv4warmup/gpu/c128a_guard_check.py \\
-        --pristine-tree /path/to/pristine/vllm-0.26.0 [--mode all]
+        --pristine-tree /path/to/pristine/vllm-<0.25.1, 0.26.0 or 0.33.0> [--mode all]
 
 The patched kernel is the ``vllm`` that Python imports (a patched tree on
 PYTHONPATH or a patched wheel); the unpatched one is loaded by file path from
@@ -100,18 +100,20 @@ def make_batch(
 
 
 def launch(module: ModuleType, b: dict[str, Any], patched: bool) -> None:
+    # By name: the patched 0.33.0 signature takes num_kv_blocks after
+    # block_size, the patched 0.26.0 / 0.25.1 one last.
     kwargs = {"num_kv_blocks": NUM_KV_BLOCKS} if patched else {}
     module.build_c128a_topk_metadata(
-        b["positions"],
-        RATIO,
-        b["num_decode_tokens"],
-        b["token_to_req"],
-        b["block_table"][: b["num_decodes"]],
-        BLOCK,
-        b["slot_mapping"],
-        b["global_decode"],
-        b["decode_lens"],
-        b["prefill"],
+        positions=b["positions"],
+        compress_ratio=RATIO,
+        num_decode_tokens=b["num_decode_tokens"],
+        token_to_req_indices=b["token_to_req"],
+        block_table=b["block_table"][: b["num_decodes"]],
+        block_size=BLOCK,
+        slot_mapping=b["slot_mapping"],
+        global_decode_buffer=b["global_decode"],
+        decode_lens_buffer=b["decode_lens"],
+        prefill_buffer=b["prefill"],
         max_compressed_tokens=b["width"],
         **kwargs,
     )

@@ -1,0 +1,76 @@
+"""``scripts/dsv4warmup/gpu/c128a_guard_check.py`` (a GPU script) launches the
+C128A metadata kernel of every supported base, pristine and patched: its
+arguments bind to each tree's ``build_c128a_topk_metadata`` signature, each by
+the parameter it means (the patched 0.33.0 signature takes ``num_kv_blocks``
+after ``block_size``, where passing by position put ``slot_mapping``)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from dsv4warmup import trees
+from dsv4warmup.gpu import c128a_guard_check as check
+
+MODULE = Path("vllm/models/deepseek_v4/sparse_mla.py")
+
+
+def _signature(tree: Path) -> inspect.Signature:
+    """``build_c128a_topk_metadata``'s signature, read from the source (the
+    module imports torch and Triton)."""
+    source = (tree / MODULE).read_text()
+    func = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == "build_c128a_topk_metadata"
+    )
+    namespace: dict[str, Any] = {}
+    stub = ast.Module(
+        body=[ast.FunctionDef(**{**func.__dict__, "body": [ast.Pass()], "returns": None})],
+        type_ignores=[],
+    )
+    for arg in func.args.args:
+        arg.annotation = None
+    exec(compile(ast.fix_missing_locations(stub), str(tree / MODULE), "exec"), namespace)
+    return inspect.signature(namespace["build_c128a_topk_metadata"])
+
+
+def _launched(patched: bool) -> dict[str, Any]:
+    """What ``launch`` passes, by name, for a batch of marker values."""
+    batch = {
+        "positions": "positions",
+        "num_decode_tokens": 3,
+        "token_to_req": "token_to_req",
+        "block_table": ["row0", "row1", "row2"],
+        "num_decodes": 2,
+        "slot_mapping": "slot_mapping",
+        "global_decode": "global_decode",
+        "decode_lens": "decode_lens",
+        "prefill": "prefill",
+        "width": 512,
+    }
+    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    module = SimpleNamespace(build_c128a_topk_metadata=lambda *a, **k: seen.append((a, k)))
+    check.launch(module, batch, patched)  # type: ignore[arg-type]
+    ((args, kwargs),) = seen
+    assert not args
+    return kwargs
+
+
+@pytest.mark.parametrize("base", ["0.25.1", "0.26.0", "0.33.0"])
+@pytest.mark.parametrize("patched", [False, True], ids=["pristine", "patched"])
+def test_launch_binds_each_argument_to_its_parameter(base: str, patched: bool) -> None:
+    tree = trees.patched_tree(base) if patched else trees.pristine_tree(base)
+    bound = _signature(tree).bind(**_launched(patched)).arguments
+    assert bound["slot_mapping"] == "slot_mapping"
+    assert bound["global_decode_buffer"] == "global_decode"
+    assert bound["decode_lens_buffer"] == "decode_lens"
+    assert bound["prefill_buffer"] == "prefill"
+    assert bound["block_table"] == ["row0", "row1"]
+    assert bound["block_size"] == check.BLOCK
+    assert bound["max_compressed_tokens"] == 512
+    assert bound.get("num_kv_blocks") == (check.NUM_KV_BLOCKS if patched else None)
