@@ -15,11 +15,11 @@ kernels, then everything else the registry holds), keys and the seconds their
 compiles took in each run; then the warmup's own total, the process wall time
 and what was compiled vs. read from the disk caches.
 
-``series-cold[:N]``: the report's 12 kernels alone (sparse MLA, speculative
-decoding, mHC; ``DSV4_WARM_SERIES_ONLY=1`` for the runner) on empty caches, N
-TileLang threads (default the last count): the issue's "whole warmup (every key
-of all 12 kernels)", without the registry's other kernels (which pristine warms
-too) competing for the cores.
+``model-cold[:N]``: DeepSeek V4's 12 model-specific kernels alone (sparse MLA,
+speculative decoding, mHC; ``DSV4_WARM_MODEL_KERNELS_ONLY=1`` for the runner)
+on empty caches, N TileLang threads (default the last count): the issue's
+"whole warmup (every key of all 12 kernels)", without the registry's other
+kernels (which pristine warms too) competing for the cores.
 ``--tilelang-threads``: one cold run per ``VLLM_TILELANG_JIT_WARMUP_NUM_THREADS``
 value (each on empty caches; 1 = serial, as without patch 0009), then the warm
 run on the last one's caches. ``tilelang-cold[:N]``: TileLang cold with N
@@ -64,13 +64,13 @@ sys.path.insert(0, str(REPO / "scripts"))
 from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402
     DEEP_GEMM_KEYS_ENV,
     KEYS_ROW,
+    MODEL_KERNELS_ONLY_ENV,
     POOL_ROW,
     REGISTRY_ROW,
-    SERIES_ONLY_ENV,
     TIMINGS_PREFIX,
     TRITON_POOL_ROW,
     WAIT_ROW,
-    series_family,
+    model_kernel_family,
     timings_from,
 )
 
@@ -96,7 +96,7 @@ def family(name: str, module: str) -> str:
         return "wait"
     if name == REGISTRY_ROW:
         return "registry warmup"
-    return series_family(name, module) or "other"
+    return model_kernel_family(name, module) or "other"
 
 
 def by_family(timings: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -116,7 +116,7 @@ def runner_env(
     caches: Path,
     runner: str,
     tilelang_threads: int | None = None,
-    series_only: bool = False,
+    model_kernels_only: bool = False,
 ) -> dict[str, str]:
     """The environment of one ``vllm warmup-kernels`` runner on ``caches``."""
     env = dict(
@@ -133,8 +133,8 @@ def runner_env(
     )
     if tilelang_threads is not None:
         env["VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"] = str(tilelang_threads)
-    if series_only:
-        env[SERIES_ONLY_ENV] = "1"
+    if model_kernels_only:
+        env[MODEL_KERNELS_ONLY_ENV] = "1"
     return env
 
 
@@ -172,9 +172,9 @@ def run_once(
     caches: Path,
     runner: str,
     tilelang_threads: int | None = None,
-    series_only: bool = False,
+    model_kernels_only: bool = False,
 ) -> dict[str, Any]:
-    env = runner_env(tree, caches, runner, tilelang_threads, series_only)
+    env = runner_env(tree, caches, runner, tilelang_threads, model_kernels_only)
     return runner_result(*start_runner(flags, env))
 
 
@@ -186,7 +186,7 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
     ]
 
     def keys(values: list[int]) -> str:
-        # one count, or each run's where they differ (a series-only run has
+        # one count, or each run's where they differ (a model-cold run has
         # no other kernels)
         return str(values[0]) if len(set(values)) == 1 else " / ".join(map(str, values))
 
@@ -226,7 +226,7 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
     """(run name, TileLang threads, cache folder) per run, in order: a cold
     run per thread count on its own empty folders, warm on the last ones,
     copied on a copy of them made just before it (``copied-caches``),
-    ``series cold`` on empty folders of its own."""
+    ``model cold`` on empty folders of its own."""
     counts: list[int | None] = [None]
     if tilelang_threads:
         try:
@@ -254,13 +254,13 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
                 sys.exit(f"error: --runs: {name}: tilelang-cold:N with N >= 1")
             t = int(threads) if threads else counts[-1]
             plan.append((f"TileLang cold t={t}", t, tmp / f"tilelang-cold-{t}"))
-        elif name.partition(":")[0] == "series-cold":
-            # the report's 12 kernels alone, cold; ":N" TileLang threads
+        elif name.partition(":")[0] == "model-cold":
+            # DeepSeek V4's 12 model-specific kernels alone, cold; ":N" TileLang threads
             threads = name.partition(":")[2]
             if threads and not (threads.isdigit() and int(threads) >= 1):
-                sys.exit(f"error: --runs: {name}: series-cold:N with N >= 1")
+                sys.exit(f"error: --runs: {name}: model-cold:N with N >= 1")
             t = int(threads) if threads else counts[-1]
-            plan.append((f"series cold t={t}", t, tmp / f"series-cold-{t}"))
+            plan.append((f"model cold t={t}", t, tmp / f"model-cold-{t}"))
         elif name in ("warm", "copied"):
             if caches is None:
                 sys.exit(f"error: --runs: {name} needs a cold run before it")
@@ -268,7 +268,7 @@ def _plan(runs: str, tilelang_threads: str | None, tmp: Path) -> list[tuple[str,
         else:
             sys.exit(
                 f"error: --runs: unknown run {name!r} "
-                "(cold, warm, copied, tilelang-cold[:N], series-cold[:N])"
+                "(cold, warm, copied, tilelang-cold[:N], model-cold[:N])"
             )
     return plan
 
@@ -339,8 +339,10 @@ def main() -> None:
         cold: Path | None = None
         for name, threads, caches in _plan(args.runs, args.tilelang_threads, Path(tmp)):
             prepare_caches(name, caches, last, cold)
-            series_only = name.startswith("series cold")
-            runs[name] = run_once(args.tree, flags, caches, args.runner, threads, series_only)
+            model_kernels_only = name.startswith("model cold")
+            runs[name] = run_once(
+                args.tree, flags, caches, args.runner, threads, model_kernels_only
+            )
             last = caches
             if name.startswith("cold"):
                 cold = caches

@@ -121,16 +121,16 @@ def test_runs_plan_a_cold_run_per_tilelang_thread_count(tmp_path: Any) -> None:
         ("warm", 24, tmp_path / "caches-24"),
     ]
     # the report's kernels alone, cold on folders of their own; no cold run needed
-    assert _bench()._plan("series-cold:16,series-cold", "4", tmp_path) == [
-        ("series cold t=16", 16, tmp_path / "series-cold-16"),
-        ("series cold t=4", 4, tmp_path / "series-cold-4"),
+    assert _bench()._plan("model-cold:16,model-cold", "4", tmp_path) == [
+        ("model cold t=16", 16, tmp_path / "model-cold-16"),
+        ("model cold t=4", 4, tmp_path / "model-cold-4"),
     ]
     for bad in (
         "tilelang-cold,cold",
         "cold,tilelang-cold:0",
         "cold,tilelang-cold:x",
-        "series-cold:0",
-        "series-cold:x",
+        "model-cold:0",
+        "model-cold:x",
     ):
         with pytest.raises(SystemExit):
             _bench()._plan(bad, "4", tmp_path)
@@ -190,21 +190,21 @@ def test_table_shows_every_run() -> None:
     ) in text
     # nothing compiled, no compile seconds to show
     assert "warm: TileLang per key" not in text
-    # a series-only run has no other kernels: each run's key count where they differ
-    series_timings = {k: v for k, v in TIMINGS.items() if k != "_rejection_greedy_sample"}
-    series = dict(run, num_keys=30, families=bench.by_family(series_timings))
-    text = bench.table({"cold": run, "series cold t=16": series})
+    # a model-cold run has no other kernels: each run's key count where they differ
+    model_timings = {k: v for k, v in TIMINGS.items() if k != "_rejection_greedy_sample"}
+    model = dict(run, num_keys=30, families=bench.by_family(model_timings))
+    text = bench.table({"cold": run, "model cold t=16": model})
     assert "| other | 2 / 0 | 0.10 | 0.00 |" in text
     assert "| mHC | 5 | 35.00 | 35.00 |" in text
     assert "| process wall | 32 / 30 | 80.00 | 80.00 |" in text
 
 
-def test_series_cold_runs_the_runner_on_the_reports_kernels(tmp_path: Any) -> None:
+def test_model_cold_runs_the_runner_on_the_reports_kernels(tmp_path: Any) -> None:
     bench = _bench()
-    env = bench.runner_env(tmp_path, tmp_path / "c", "v2", 16, series_only=True)
-    assert env[bench.SERIES_ONLY_ENV] == "1"
+    env = bench.runner_env(tmp_path, tmp_path / "c", "v2", 16, model_kernels_only=True)
+    assert env[bench.MODEL_KERNELS_ONLY_ENV] == "1"
     assert env["VLLM_TILELANG_JIT_WARMUP_NUM_THREADS"] == "16"
-    assert bench.SERIES_ONLY_ENV not in bench.runner_env(tmp_path, tmp_path / "c", "v2", 16)
+    assert bench.MODEL_KERNELS_ONLY_ENV not in bench.runner_env(tmp_path, tmp_path / "c", "v2", 16)
 
 
 def test_host_cpus_reports_what_compiles_may_use() -> None:

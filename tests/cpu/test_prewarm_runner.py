@@ -85,12 +85,12 @@ def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
     }
 
 
-def test_series_only_warms_the_reports_kernels_and_all_their_keys(tmp_path: Path) -> None:
-    """``DSV4_WARM_SERIES_ONLY=1``: the registry lists (and so warms) the
-    report's kernels with every key a full run has for them, and nothing else;
+def test_model_kernels_only_warms_those_kernels_with_all_their_keys(tmp_path: Path) -> None:
+    """``DSV4_WARM_MODEL_KERNELS_ONLY=1``: the registry lists (and so warms) the
+    model-specific kernels with every key a full run has for them, and nothing else;
     the full run (the control) has other kernels, which it drops."""
     from dsv4warmup.gpu.prewarm_runner import (
-        SERIES_ONLY_ENV,
+        MODEL_KERNELS_ONLY_ENV,
         SPARSE_MLA_KERNELS,
         SPEC_DECODE_KERNELS,
     )
@@ -100,17 +100,17 @@ def test_series_only_warms_the_reports_kernels_and_all_their_keys(tmp_path: Path
         summary = json.loads(res.stdout.strip().splitlines()[-1])
         return {k["name"]: (k["backend"], k["keys"]) for k in summary["kernels"]}
 
-    series_res = _run(tmp_path / "series", "flash", "v2", **{SERIES_ONLY_ENV: "1"})
-    series, full = kernels(series_res), kernels(_run(tmp_path / "full", "flash", "v2"))
-    assert f"of {len(full)} kernels)" in series_res.stderr
-    # the report's kernels, each with all of its keys
-    assert series == {name: full[name] for name in series}
-    assert SERIES_KERNELS <= set(series)
-    assert (SPARSE_MLA_KERNELS | SPEC_DECODE_KERNELS) & set(full) <= set(series)
+    model_res = _run(tmp_path / "model", "flash", "v2", **{MODEL_KERNELS_ONLY_ENV: "1"})
+    model, full = kernels(model_res), kernels(_run(tmp_path / "full", "flash", "v2"))
+    assert f"of {len(full)} kernels)" in model_res.stderr
+    # the model-specific kernels, each with all of its keys
+    assert model == {name: full[name] for name in model}
+    assert SERIES_KERNELS <= set(model)
+    assert (SPARSE_MLA_KERNELS | SPEC_DECODE_KERNELS) & set(full) <= set(model)
     # every mHC kernel (this deployment's TileLang kernels are all mHC ones)
-    assert {name for name, (backend, _) in full.items() if backend == "tilelang"} <= set(series)
+    assert {name for name, (backend, _) in full.items() if backend == "tilelang"} <= set(model)
     # and no other kernel, of which the full run has some
-    dropped = set(full) - set(series)
+    dropped = set(full) - set(model)
     assert dropped and not dropped & (SPARSE_MLA_KERNELS | SPEC_DECODE_KERNELS)
 
 

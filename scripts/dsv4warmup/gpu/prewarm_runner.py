@@ -22,10 +22,10 @@ is there, so the registrations and keys are a DeepGEMM deployment's, e.g. the
 mHC pre epilogues' split counts (nothing calls DeepGEMM while keys are only
 compiled).
 
-``DSV4_WARM_SERIES_ONLY=1``: the registry warms only the 12 kernels of the
-report (:func:`series_family`: sparse MLA, speculative decoding, mHC), the rest
-of its registrations left out: the warmup cost those kernels add, the issue's
-"every key of all 12 kernels".
+``DSV4_WARM_MODEL_KERNELS_ONLY=1``: the registry warms only DeepSeek V4's 12
+model-specific kernels (:func:`model_kernel_family`: sparse MLA, speculative
+decoding, mHC), its other registrations left out: the warmup cost those
+kernels add, the issue's "every key of all 12 kernels".
 
 ``DSV4_PREWARM_TIMINGS=1``: one more stderr line, ``timings: {json}``, with the
 seconds each kernel's ``compile_many`` took (Triton kernels compile in parallel
@@ -70,9 +70,9 @@ KEYS_ROW = "TileLang compile per key"
 REGISTRY_ROW = "registry warmup"
 # "1": where DeepGEMM is missing, derive the keys of a deployment that has it.
 DEEP_GEMM_KEYS_ENV = "DSV4_DEEP_GEMM_KEYS"
-# "1": warm only the report's 12 kernels (series_family), no other registration.
-SERIES_ONLY_ENV = "DSV4_WARM_SERIES_ONLY"
-# The report's kernels by the registry's kernel names (offline_warmup.kernel_name):
+# "1": warm only DeepSeek V4's 12 model-specific kernels (model_kernel_family).
+MODEL_KERNELS_ONLY_ENV = "DSV4_WARM_MODEL_KERNELS_ONLY"
+# The model-specific kernels by the registry's kernel names (offline_warmup.kernel_name):
 # the sparse-MLA and speculative-decoding ones; the mHC ones are their module's.
 SPARSE_MLA_KERNELS = frozenset({"BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel"})
 SPEC_DECODE_KERNELS = frozenset(
@@ -91,8 +91,8 @@ _STAND_IN_ROOTS = ("cutlass", "cuda", "quack", "flashinfer", "vllm.vllm_flash_at
 _STAND_INS = contextlib.ExitStack()
 
 
-def series_family(name: str, module: str) -> str | None:
-    """The report's kernel family of a registered kernel (its name and module):
+def model_kernel_family(name: str, module: str) -> str | None:
+    """The model-specific kernel family of a registered kernel (its name and module):
     ``sparse-MLA``, ``spec-decode`` or ``mHC``; None for any other kernel."""
     if name in SPARSE_MLA_KERNELS:
         return "sparse-MLA"
@@ -103,28 +103,28 @@ def series_family(name: str, module: str) -> str | None:
     return None
 
 
-def _warm_series_only() -> None:
-    """Leave every registration but the report's kernels out of the registry's
+def _warm_model_kernels_only() -> None:
+    """Leave every registration but the model-specific kernels out of the registry's
     warmup (and of ``--dry-run``'s listing: both read ``warmup_keys``)."""
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
     from vllm.model_executor.warmup.offline_warmup import kernel_name
 
     warmup_keys = JitWarmupRegistry.warmup_keys
 
-    def series_keys(self: Any) -> Any:
+    def model_kernel_keys(self: Any) -> Any:
         items = warmup_keys(self)
         kept = [
             (kernel, keys)
             for kernel, keys in items
-            if series_family(kernel_name(kernel), type(kernel).__module__)
+            if model_kernel_family(kernel_name(kernel), type(kernel).__module__)
         ]
         print(
-            f"lab: warming the report's kernels only ({len(kept)} of {len(items)} kernels)",
+            f"lab: warming the model-specific kernels only ({len(kept)} of {len(items)} kernels)",
             file=sys.stderr,
         )
         return kept
 
-    JitWarmupRegistry.warmup_keys = series_keys  # type: ignore[method-assign]
+    JitWarmupRegistry.warmup_keys = model_kernel_keys  # type: ignore[method-assign]
 
 
 def timings_from(stderr: str) -> dict[str, dict[str, Any]] | None:
@@ -363,8 +363,8 @@ def main(argv: list[str]) -> None:
             print(f"lab: skipped {type(self).__name__} ({len(keys)} keys)", file=sys.stderr)
 
         VllmCuTeDSLJitKernel.compile_many = skip  # type: ignore[method-assign]
-    if os.environ.get(SERIES_ONLY_ENV) == "1":
-        _warm_series_only()
+    if os.environ.get(MODEL_KERNELS_ONLY_ENV) == "1":
+        _warm_model_kernels_only()
     if os.environ.get("DSV4_PREWARM_TIMINGS") == "1":
         _time_compiles()
     if os.environ.get("DSV4_TP_RANK"):
