@@ -71,14 +71,18 @@ def pytest_outcomes(junit_xml: Path) -> dict[str, str]:
 
 
 def v033_tree_pytest(
-    source_tree: Path, *test_files: Path, env: dict[str, str] | None = None
+    source_tree: Path,
+    *test_files: Path,
+    env: dict[str, str] | None = None,
+    python_path: tuple[Path, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """A 0.33.0 tree's own tests on CPU against ``source_tree``'s sources, the
-    platform answering as a CUDA GPU (``dsv4warmup.v033.mhc_pytest_plugin``)."""
+    platform answering as a CUDA GPU (``dsv4warmup.v033.mhc_pytest_plugin``);
+    ``python_path`` goes first on ``PYTHONPATH`` (e.g. a TileLang site)."""
     from dsv4warmup import toolchains
     from dsv4warmup.paths import REPO
 
-    extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
+    extra = [str(p) for p in (*python_path, *toolchains.extra_python_path("0.33.0"))]
     full_env = dict(
         os.environ,
         **(env or {}),

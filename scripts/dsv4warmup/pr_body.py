@@ -709,7 +709,8 @@ def render(b: BodyInput, template: str, results: Path) -> str:
         claims = [f"- {s}" for s, _ in b.messages]
         if m and (m.rows or m.own_rows):
             claims.append(
-                "- Measured on GPU: see Validation (compiles after warmup, latency, memcheck)."
+                "- GPU measurements of the kernels this PR touches: see Validation (each "
+                "table says which change and base it measured)."
             )
         if b.touches_outputs:
             if m and m.own_outputs:

@@ -5,8 +5,9 @@ TileLang's compile key (``JITFunc._parse_phase1_key``) and kernel elaboration
 keys with TileLang's own can run in CI. The package is not one of this repo's
 requirements (it is vLLM's CUDA dependency, ~200 MB unpacked): it is installed
 once, without dependencies, under ``.cache/tools/`` at the version the tree's
-``requirements/cuda.txt`` pins, with the one import dependency the venv lacks
-(``ml-dtypes``; ``apache-tvm-ffi`` comes with the venv), and put on
+``requirements/cuda.txt`` pins, with the import dependencies the venv lacks
+(``ml-dtypes``; for 0.1.12 also ``z3-solver``, ``cloudpickle`` and
+``torch-c-dlpack-ext``; ``apache-tvm-ffi`` comes with the venv), and put on
 ``PYTHONPATH`` of a subprocess.
 """
 
@@ -23,6 +24,10 @@ from .paths import CACHE
 
 # tilelang's own import-time dependencies that requirements-dev.txt lacks.
 _EXTRA = ("ml-dtypes>=0.5.1",)
+# ... and those of later versions (their METADATA's Requires-Dist).
+_EXTRA_BY_VERSION = {
+    "0.1.12": ("z3-solver>=4.13.0,<4.15.5", "cloudpickle", "torch-c-dlpack-ext"),
+}
 
 
 def pinned_version(tree: Path) -> str:
@@ -41,17 +46,22 @@ def tilelang_site(tree: Path) -> Path:
     root = CACHE / "tools"
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"tilelang-{version}"
+    requirements = [f"tilelang=={version}", *_EXTRA, *_EXTRA_BY_VERSION.get(version, ())]
+    # What the folder was installed with: a folder from an older list (fewer
+    # dependencies) is installed again.
+    installed = target / ".requirements"
     with open(root / ".tilelang.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / f"tilelang-{version}.dist-info").is_dir():
+        if installed.is_file() and installed.read_text().split("\n") == requirements:
             return target
         scratch = root / f".tilelang-{version}.partial"
         shutil.rmtree(scratch, ignore_errors=True)
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        cmd += ["--no-deps", "--target", str(scratch), f"tilelang=={version}", *_EXTRA]
+        cmd += ["--no-deps", "--target", str(scratch), *requirements]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise RuntimeError(f"cannot install tilelang {version}: {res.stderr[-2000:]}")
+        (scratch / ".requirements").write_text("\n".join(requirements))
         shutil.rmtree(target, ignore_errors=True)
         scratch.rename(target)
     return target

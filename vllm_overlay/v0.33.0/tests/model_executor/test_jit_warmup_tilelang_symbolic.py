@@ -1,0 +1,186 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""TileLang warmup of a kernel with symbolic warmup arguments: one elaboration
+per value of its other arguments, specialized to each key, checked against
+elaborating the group's first key. Runs without TileLang or a GPU."""
+
+import inspect
+import sys
+from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
+from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
+    VllmTileLangJitKernel,
+    kernel_launcher,
+)
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+class PrimFunc:
+    """A PrimFunc as the warmup uses it: params, specialize(), script()."""
+
+    def __init__(self, body: tuple[Any, ...]) -> None:
+        self.body = body
+        self.params = [x for x in body if isinstance(x, Var)]
+
+    def specialize(self, values: dict[Var, int]) -> "PrimFunc":
+        return PrimFunc(tuple(values.get(x, x) for x in self.body))
+
+    def script(self, show_meta: bool = False) -> str:
+        return repr(self.body)
+
+
+def kernel_source(x: Any, n_splits: Any, eps: float) -> None:
+    """The parameters of the fake JIT's kernel."""
+
+
+class SplitJit:
+    """A JIT whose PrimFunc has n_splits in it (as buffer extent and loop
+    bound); with ``reads_n_splits`` its Python also tests n_splits == 1, which
+    a TIR variable answers False."""
+
+    signature = inspect.signature(kernel_source)
+    out_idx = None
+    execution_backend = "auto"
+    target = "auto"
+    target_host = None
+    verbose = False
+    pass_configs = None
+    compile_flags = None
+
+    def __init__(self, reads_n_splits: bool = False) -> None:
+        self.reads_n_splits = reads_n_splits
+        self._kernel_cache: dict[Any, Any] = {}
+        self.elaborated: list[Any] = []
+        self.func = SimpleNamespace(parse_args=lambda *args, **kwargs: (args, None))
+
+    def get_tir(self, *args: Any, **kwargs: Any) -> PrimFunc:
+        bound = self.signature.bind(*args, **kwargs)
+        n, eps = bound.arguments["n_splits"], bound.arguments["eps"]
+        self.elaborated.append(n)
+        one = self.reads_n_splits and n == 1
+        return PrimFunc(("tir", eps, "one" if one else "many", n))
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        return ("serial", self.get_tir(*args, **kwargs))
+
+
+class SplitKernel(VllmTileLangJitKernel["SplitKernel.CompileKey"]):
+    symbolic_warmup_args = ("n_splits",)
+    jit = SplitJit()
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        n_splits: int
+        eps: float
+
+    def kernel(self, compile_key: CompileKey) -> Any:  # type: ignore[override]
+        return self.jit
+
+    def get_warmup_keys(self, *, keys: list[tuple[int, float]]) -> list[CompileKey]:
+        return [self.CompileKey(n, eps) for n, eps in keys]
+
+    def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:
+        return {"n_splits": compile_key.n_splits, "eps": compile_key.eps}
+
+    @kernel_launcher
+    def __call__(self, *, n_splits: int, eps: float) -> Any:
+        return (self.CompileKey(n_splits, eps),), ("x", n_splits, eps)
+
+
+class PlainKernel(SplitKernel):
+    symbolic_warmup_args = ()
+
+
+@pytest.fixture
+def compiled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scripts of the PrimFuncs ``tilelang.compile`` gets."""
+    scripts: list[str] = []
+    module = ModuleType("tilelang")
+
+    def compile(prim_func: PrimFunc, **options: Any) -> Any:
+        scripts.append(prim_func.script(show_meta=True))
+        return ("kernel", prim_func.script())
+
+    module.compile = compile  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tilelang", module)
+    monkeypatch.setattr(helper, "_symbolic_var", Var)
+    monkeypatch.setattr(helper.current_platform, "is_cuda", lambda: True)
+    monkeypatch.setenv("VLLM_TILELANG_JIT_WARMUP_NUM_THREADS", "4")
+    return scripts
+
+
+def static_script(jit: SplitJit, n: int, eps: float) -> str:
+    return SplitJit(jit.reads_n_splits).get_tir("x", n, eps).script()
+
+
+def test_one_elaboration_per_group_gives_every_key_its_primfunc(
+    compiled: list[str],
+) -> None:
+    kernel = SplitKernel()
+    kernel.jit = SplitJit()
+    keys = [(16, 1e-6), (8, 1e-6), (4, 1e-6), (16, 1e-5), (2, 1e-5)]
+
+    kernel.compile_many(kernel.get_warmup_keys(keys=keys))
+
+    # per eps: its first key as given, then once with n_splits a variable
+    assert kernel.jit.elaborated == [16, Var("n_splits"), 16, Var("n_splits")]
+    assert sorted(compiled) == sorted(static_script(kernel.jit, n, e) for n, e in keys)
+    assert kernel.jit._kernel_cache == {
+        ("x", n, e): ("kernel", static_script(kernel.jit, n, e)) for n, e in keys
+    }
+
+
+def test_a_template_that_differs_elaborates_each_key(
+    compiled: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(
+        helper.logger, "warning", lambda msg, *args: warnings.append(msg % args)
+    )
+    kernel = SplitKernel()
+    kernel.jit = SplitJit(reads_n_splits=True)
+    keys = [(1, 1e-6), (2, 1e-6), (3, 1e-6)]
+
+    kernel.compile_many(kernel.get_warmup_keys(keys=keys))
+
+    assert kernel.jit.elaborated == [1, Var("n_splits"), 2, 3]
+    assert sorted(compiled) == sorted(static_script(kernel.jit, n, e) for n, e in keys)
+    assert len(warnings) == 1 and "n_splits" in warnings[0]
+
+
+def test_kernels_without_symbolic_args_elaborate_each_key(compiled: list[str]) -> None:
+    split, plain = SplitKernel(), PlainKernel()
+    split.jit, plain.jit = SplitJit(), SplitJit()
+    registry = JitWarmupRegistry(SimpleNamespace())
+    with registry.activate():
+        split.register_warmup(keys=[(16, 1e-6), (8, 1e-6)])
+        plain.register_warmup(keys=[(16, 1e-6), (8, 1e-6)])
+
+    registry.warmup()
+
+    assert split.jit.elaborated == [16, Var("n_splits")]
+    assert plain.jit.elaborated == [16, 8]
+    assert len(compiled) == 4
+
+
+def test_one_thread_elaborates_each_key(
+    compiled: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_TILELANG_JIT_WARMUP_NUM_THREADS", "1")
+    kernel = SplitKernel()
+    kernel.jit = SplitJit()
+
+    kernel.compile_many(kernel.get_warmup_keys(keys=[(16, 1e-6), (8, 1e-6)]))
+
+    assert kernel.jit.elaborated == [16, 8]
+    assert compiled == []  # JITImpl.compile(), not the pool's path
