@@ -6,9 +6,9 @@ keys with TileLang's own can run in CI. The package is not one of this repo's
 requirements (it is vLLM's CUDA dependency, ~200 MB unpacked): it is installed
 once, without dependencies, under ``.cache/tools/`` at the version the tree's
 ``requirements/cuda.txt`` pins, with the import dependencies the venv lacks
-(``ml-dtypes``; for 0.1.12 also ``z3-solver``, ``cloudpickle`` and
-``torch-c-dlpack-ext``; ``apache-tvm-ffi`` comes with the venv), and put on
-``PYTHONPATH`` of a subprocess.
+(``ml-dtypes``; for 0.1.12 also ``z3-solver``, ``cloudpickle``,
+``torch-c-dlpack-ext`` and the ``apache-tvm-ffi`` it needs, newer than the
+venv's), and put first on ``PYTHONPATH`` of a subprocess.
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ from .paths import CACHE
 _EXTRA = ("ml-dtypes>=0.5.1",)
 # ... and those of later versions (their METADATA's Requires-Dist).
 _EXTRA_BY_VERSION = {
-    "0.1.12": ("z3-solver>=4.13.0,<4.15.5", "cloudpickle", "torch-c-dlpack-ext"),
+    "0.1.12": (
+        "apache-tvm-ffi==0.1.11",
+        "z3-solver>=4.13.0,<4.15.5",
+        "cloudpickle",
+        "torch-c-dlpack-ext",
+    ),
 }
 
 
