@@ -184,3 +184,19 @@ def test_one_thread_elaborates_each_key(
 
     assert kernel.jit.elaborated == [16, 8]
     assert compiled == []  # JITImpl.compile(), not the pool's path
+
+
+def test_symbolic_args_apply_only_while_their_kernel_warms(
+    compiled: list[str],
+) -> None:
+    split = SplitKernel()
+    split.jit, direct = SplitJit(), SplitJit()
+    with helper.tilelang_warmup_pool(4):
+        split.compile_many(split.get_warmup_keys(keys=[(16, 1e-6), (8, 1e-6)]))
+        # A TileLang compile outside any kernel's compile(), in the same pool.
+        helper.compile_tilelang(direct, "x", 16, 1e-6)
+        helper.compile_tilelang(direct, "x", 8, 1e-6)
+
+    assert split.jit.elaborated == [16, Var("n_splits")]
+    assert direct.elaborated == [16, 8]
+    assert len(compiled) == 4
