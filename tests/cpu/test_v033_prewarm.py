@@ -290,8 +290,8 @@ def test_tree_tests_of_symbolic_warmup_arguments_pass() -> None:
     """Patch 0012's own tests (no TileLang, no GPU): a kernel with symbolic
     warmup arguments is elaborated once per value of its other arguments and
     specialized to each key, unless specializing differs from elaborating the
-    group's first key; other kernels, compiles outside a kernel's own, and the
-    serial path elaborate each key."""
+    group's first key or the symbolic elaboration fails; other kernels,
+    compiles outside a kernel's own, and the serial path elaborate each key."""
     _tree_tests_pass(
         "tests/model_executor/test_jit_warmup_tilelang_symbolic.py",
         "tests/model_executor/test_jit_warmup_tilelang_parallel.py",

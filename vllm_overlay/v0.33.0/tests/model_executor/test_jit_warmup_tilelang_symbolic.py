@@ -57,8 +57,11 @@ class SplitJit:
     pass_configs = None
     compile_flags = None
 
-    def __init__(self, reads_n_splits: bool = False) -> None:
+    def __init__(
+        self, reads_n_splits: bool = False, ranges_n_splits: bool = False
+    ) -> None:
         self.reads_n_splits = reads_n_splits
+        self.ranges_n_splits = ranges_n_splits
         self._kernel_cache: dict[Any, Any] = {}
         self.elaborated: list[Any] = []
         self.func = SimpleNamespace(parse_args=lambda *args, **kwargs: (args, None))
@@ -67,6 +70,8 @@ class SplitJit:
         bound = self.signature.bind(*args, **kwargs)
         n, eps = bound.arguments["n_splits"], bound.arguments["eps"]
         self.elaborated.append(n)
+        if self.ranges_n_splits:
+            list(range(n))  # a TIR variable is no Python int
         one = self.reads_n_splits and n == 1
         return PrimFunc(("tir", eps, "one" if one else "many", n))
 
@@ -156,6 +161,24 @@ def test_a_template_that_differs_elaborates_each_key(
     assert kernel.jit.elaborated == [1, Var("n_splits"), 2, 3]
     assert sorted(compiled) == sorted(static_script(kernel.jit, n, e) for n, e in keys)
     assert len(warnings) == 1 and "n_splits" in warnings[0]
+
+
+def test_a_template_that_fails_to_elaborate_elaborates_each_key(
+    compiled: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(
+        helper.logger, "warning", lambda msg, *args: warnings.append(msg % args)
+    )
+    kernel = SplitKernel()
+    kernel.jit = SplitJit(ranges_n_splits=True)
+    keys = [(4, 1e-6), (2, 1e-6)]
+
+    kernel.compile_many(kernel.get_warmup_keys(keys=keys))
+
+    assert kernel.jit.elaborated == [4, Var("n_splits"), 2]
+    assert sorted(compiled) == sorted(static_script(kernel.jit, n, e) for n, e in keys)
+    assert len(warnings) == 1
 
 
 def test_kernels_without_symbolic_args_elaborate_each_key(compiled: list[str]) -> None:
