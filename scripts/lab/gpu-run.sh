@@ -6,7 +6,8 @@
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), tilelang_compile (lscpu +
 # scripts/bench_tilelang_compile.py), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
-# scripts/bench_node_warmup.py), mhc (mHC warmup vs upstream grid),
+# scripts/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench_symbolic_warmup.py),
+# mhc (mHC warmup vs upstream grid),
 # first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
@@ -101,6 +102,13 @@ phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold 
 phase_tilelang_compile() {  # the host's CPUs, then one mHC TileLang key's compile alone (#18)
   ( lab patched; cd "$REPO" && lscpu && echo "### one TileLang compile" &&
     timeout ${PHASE_TIMEOUT:-120} python3 scripts/bench_tilelang_compile.py 2>&1 )
+}
+
+phase_symbolic_warmup() {  # scripts/bench_symbolic_warmup.py: 0.33.0 patch 0012's warm-start
+  # elaboration of the mHC pre epilogues, with vs without (#18); its own cache folder
+  ( lab patched; cd "$REPO" && echo "### bench_symbolic_warmup" &&
+    TILELANG_CACHE_DIR=/tmp/lab-symbolic-cache timeout ${PHASE_TIMEOUT:-400} \
+      python3 scripts/bench_symbolic_warmup.py --threads 16 2>&1 )
 }
 
 phase_bench_node() {  # scripts/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
