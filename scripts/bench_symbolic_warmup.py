@@ -33,18 +33,8 @@ HIDDEN, HC = 4096, 4
 
 
 def _keys(kernels: Any) -> list[Any]:
-    kernel = kernels._MHC_PRE_BIG_FUSE_TILELANG_KERNEL
-    fields = dict(
-        hidden_size=HIDDEN,
-        hc_mult=HC,
-        rms_eps=1e-6,
-        hc_pre_eps=1e-6,
-        hc_sinkhorn_eps=1e-6,
-        hc_post_mult_value=2.0,
-        sinkhorn_repeat=20,
-        norm_eps=1e-6,
-        use_norm_weight=True,
-    )
+    from bench_tilelang_elaboration import flash_pre_big_fuse_key
+
     broadcast, with_norm = set(), set()
     for tokens in range(1, 8193):
         blocks = (tokens + 63) // 64
@@ -54,7 +44,7 @@ def _keys(kernels: Any) -> list[Any]:
         if fused is not None:
             with_norm.add(fused[1])
     return [
-        kernel.CompileKey(n_splits=n, is_broadcast=is_broadcast, **fields)
+        flash_pre_big_fuse_key(n, broadcast=is_broadcast)
         for is_broadcast, splits in ((True, broadcast), (False, with_norm))
         for n in sorted(splits)
     ]
@@ -92,8 +82,9 @@ def _entries() -> int:
 def _run(symbolic: bool, args: argparse.Namespace) -> dict[str, Any]:
     before = _entries()
     env = dict(os.environ, VLLM_TILELANG_JIT_WARMUP_NUM_THREADS=str(args.threads))
-    cmd = [sys.executable, __file__, "--one", "symbolic" if symbolic else "static"]
-    res = subprocess.run([*cmd, "--sms", str(args.sms)], capture_output=True, text=True, env=env)
+    mode = "symbolic" if symbolic else "static"
+    cmd = [sys.executable, __file__, "--one", mode, "--sms", str(args.sms)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         sys.exit(f"error: {' '.join(cmd)} exited {res.returncode}:\n{res.stderr[-3000:]}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
