@@ -145,40 +145,42 @@ def test_one_elaboration_per_group_gives_every_key_its_primfunc(
     }
 
 
-def test_a_template_that_differs_elaborates_each_key(
-    compiled: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    warnings: list[str] = []
+@pytest.fixture
+def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The helper's warnings, formatted."""
+    logged: list[str] = []
     monkeypatch.setattr(
-        helper.logger, "warning", lambda msg, *args: warnings.append(msg % args)
+        helper.logger, "warning", lambda msg, *args: logged.append(msg % args)
     )
+    return logged
+
+
+@pytest.mark.parametrize(
+    "jit_kwargs,ns,elaborated",
+    [
+        # specialized, the template is not the first key's PrimFunc
+        ({"reads_n_splits": True}, (1, 2, 3), [1, Var("n_splits"), 2, 3]),
+        # the template cannot be elaborated
+        ({"ranges_n_splits": True}, (4, 2), [4, Var("n_splits"), 2]),
+    ],
+    ids=["template-differs", "template-fails"],
+)
+def test_a_template_that_is_not_usable_elaborates_each_key(
+    compiled: list[str],
+    warnings: list[str],
+    jit_kwargs: dict[str, bool],
+    ns: tuple[int, ...],
+    elaborated: list[Any],
+) -> None:
     kernel = SplitKernel()
-    kernel.jit = SplitJit(reads_n_splits=True)
-    keys = [(1, 1e-6), (2, 1e-6), (3, 1e-6)]
+    kernel.jit = SplitJit(**jit_kwargs)
+    keys = [(n, 1e-6) for n in ns]
 
     kernel.compile_many(kernel.get_warmup_keys(keys=keys))
 
-    assert kernel.jit.elaborated == [1, Var("n_splits"), 2, 3]
+    assert kernel.jit.elaborated == elaborated
     assert sorted(compiled) == sorted(static_script(kernel.jit, n, e) for n, e in keys)
     assert len(warnings) == 1 and "n_splits" in warnings[0]
-
-
-def test_a_template_that_fails_to_elaborate_elaborates_each_key(
-    compiled: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    warnings: list[str] = []
-    monkeypatch.setattr(
-        helper.logger, "warning", lambda msg, *args: warnings.append(msg % args)
-    )
-    kernel = SplitKernel()
-    kernel.jit = SplitJit(ranges_n_splits=True)
-    keys = [(4, 1e-6), (2, 1e-6)]
-
-    kernel.compile_many(kernel.get_warmup_keys(keys=keys))
-
-    assert kernel.jit.elaborated == [4, Var("n_splits"), 2]
-    assert sorted(compiled) == sorted(static_script(kernel.jit, n, e) for n, e in keys)
-    assert len(warnings) == 1
 
 
 def test_kernels_without_symbolic_args_elaborate_each_key(compiled: list[str]) -> None:
