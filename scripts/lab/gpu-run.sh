@@ -28,6 +28,8 @@ lab() {  # lab NAME: environment of one tree (subshell callers only)
   # shellcheck disable=SC1091
   source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/full/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "$dest" >/dev/null
   export DSV4_VLLM_TREE=$dest/tree
+  # bytecode now (16 cores), not in the first timed process: env.sh re-unpacks the tree
+  python3 -m compileall -q -j 0 "$dest/tree/vllm" "$dest/site" >/dev/null 2>&1 || true
 }
 
 phase_upstream() {  # UPSTREAM_TREES (default TREES) / UPSTREAM_TESTS select what runs
