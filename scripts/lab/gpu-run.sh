@@ -7,6 +7,7 @@
 # scripts/bench_tilelang_compile.py), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
 # scripts/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench_symbolic_warmup.py),
+# compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid),
 # first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
@@ -111,6 +112,21 @@ phase_symbolic_warmup() {  # scripts/bench_symbolic_warmup.py: 0.33.0 patch 0012
   ( lab patched; cd "$REPO" && echo "### bench_symbolic_warmup" &&
     TILELANG_CACHE_DIR=/tmp/lab-symbolic-cache timeout ${PHASE_TIMEOUT:-400} \
       python3 scripts/bench_symbolic_warmup.py --threads 16 2>&1 )
+}
+
+phase_compiler_start() {  # what a TileLang compiler process's start costs (0.33.0 patch 0011's
+  # compile worker on an empty input: imports TileLang, exits), alone and 16 at once (#18)
+  ( lab patched; cd "$REPO" && echo "### compiler process start" &&
+    CUDA_VISIBLE_DEVICES= timeout ${PHASE_TIMEOUT:-120} python3 - \
+      "$DSV4_VLLM_TREE/vllm/model_executor/warmup/jit_warmup_tilelang_compile_worker.py" <<'PY' 2>&1
+import subprocess, sys, time
+for n in (1, 1, 16, 16):
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, sys.argv[1]], stdin=subprocess.DEVNULL) for _ in range(n)]
+    codes = [p.wait() for p in procs]
+    print(f"{n} compiler process(es) at once: {time.perf_counter() - start:.2f} s, exit codes {set(codes)}")
+PY
+  )
 }
 
 phase_bench_node() {  # scripts/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
