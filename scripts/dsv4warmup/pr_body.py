@@ -352,12 +352,13 @@ def measured(
     kernels = [k for k in KERNELS if re.search(rf"\b{re.escape(k)}\b", diff)]
     words = [w for t in topics for w in RESULT_WORDS.get(t, ())]
 
-    def names_us(title: str) -> bool:
+    def names_us(title: str, on_base: bool = same_base) -> bool:
+        # Patch numbers and slugs name this PR only where measured on its base.
         low = title.lower()
         return bool(
             any(s and _norm(s) in _norm(title) for s in subjects)
-            or (same_base and any(re.search(rf"\b(patch )?{n}\b", title) for n in numbers))
-            or (same_base and slug in title)
+            or (on_base and any(re.search(rf"\b(patch )?{n}\b", title) for n in numbers))
+            or (on_base and slug in title)
             or any(k in title for k in kernels)
             or any(w in low for w in words)
         )
@@ -366,8 +367,12 @@ def measured(
     own_sections: list[tuple[str, str]] = []
     for level, title, body in _sections(text):
         picked_bodies = [b for _, b in sections + own_sections]
-        if level >= 2 and names_us(title) and not any(body in b for b in picked_bodies):
-            heading_base = _heading_base(title, measured_on)
+        heading_base = _heading_base(title, measured_on)
+        if (
+            level >= 2
+            and names_us(title, heading_base == base)
+            and not any(body in b for b in picked_bodies)
+        ):
             own = heading_base == base and heading_base != measured_on
             (own_sections if own else sections).append((title, body))
     rows: list[str] = []

@@ -863,6 +863,25 @@ def test_sections_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     assert old is not None and not old.own_sections and len(old.sections) == 2
 
 
+def test_a_section_naming_its_base_and_the_patch_number_is_the_prs(tmp_path: Path) -> None:
+    """Patch numbers are per base: a heading that names the PR's release and
+    its number is this branch's evidence, though the intro names another
+    release; the same number under another release names another patch."""
+    results = tmp_path / "gpu-results.md"
+    results.write_text(
+        "# GPU results\n\nMeasured with a patched vLLM 0.26.0 tree.\n\n"
+        "## Old series: patch 0012 sentinel\n\nold: 3 s\n\n"
+        "## vLLM 0.33.0, session 17: patch 0012 on the GPU\n\nwarm 1.57 s\n\n"
+        "## vLLM 0.33.0, session 18: patch 0013\n\nother\n"
+    )
+    m = pr_body.measured(results, "0.33.0", ["x"], ["0012"], "zzz", "", set())
+    assert m is not None
+    assert [t for t, _ in m.own_sections] == ["vLLM 0.33.0, session 17: patch 0012 on the GPU"]
+    assert m.sections == []  # 0.26.0's 0012 is another patch
+    old = pr_body.measured(results, "0.26.0", ["x"], ["0012"], "zzz", "", set())
+    assert old is not None and [t for t, _ in old.sections] == ["Old series: patch 0012 sentinel"]
+
+
 def test_figures_do_not_link_this_projects_issues_to_vllms() -> None:
     """ "#15" in the results is this project's issue: in an upstream body it would
     link to vllm-project/vllm#15. Upstream references and headings stay."""
