@@ -289,8 +289,8 @@ def mutants() -> list[Mutant]:
         Mutant(
             "v033-symbolic-template-not-checked",
             _patch(_P33, "0012"),
-            "+        ).script(show_meta=True) == static.script(show_meta=True):",
-            "+        ).script(show_meta=True) is not None:",
+            "+        ) == static.script(show_meta=True):",
+            "+        ) is not None:",
             (_SYMBOLIC_TESTS,),
         ),
         # 0.33.0 0012: a kernel's symbolic arguments stay set after its keys,
