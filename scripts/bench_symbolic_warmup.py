@@ -5,9 +5,11 @@ patch 0012's symbolic split count (CPU or GPU host; by hand).
         python scripts/bench_symbolic_warmup.py [--rounds 2] [--threads 2] [--sms 132]
 
 The keys are the report deployment's ``MhcPreBigFuseTileLangKernel`` keys
-(DeepSeek V4 Flash, hidden 4096, with DeepGEMM): the broadcast epilogue at
-each split count DeepGEMM's split-k estimate picks for 1 to 8192 tokens, the
-``with_norm`` one at those and the fused post + pre GEMM's. Each run is a fresh
+(DeepSeek V4 Flash, 8192 tokens, with DeepGEMM) as the start-up warmup expands
+them: the real target and MTP draft register their mHC warmups and the
+registry expands them (``dsv4warmup.v033.lifecycle.warm_registry``), in a
+CPU-only process whose platform answers as an H200 (``--sms`` SMs), so the
+keys follow the tree's dispatch wherever the bench runs. Each run is a fresh
 process timing ``compile_many`` of all of them through the TileLang compile
 pool: first ``cold`` (with 0012; it fills the cache folder), then ``rounds``
 pairs of warm runs, with the kernel's ``symbolic_warmup_args`` as declared
@@ -21,6 +23,7 @@ Without a GPU the platform answers as an H200 (``--sms`` SMs) and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -29,25 +32,42 @@ import time
 from pathlib import Path
 from typing import Any
 
-HIDDEN, HC = 4096, 4
+MAX_TOKENS = 8192
 
 
-def _keys(kernels: Any) -> list[Any]:
-    from bench_tilelang_elaboration import flash_pre_big_fuse_key
+def _registered_keys(sms: int) -> list[dict[str, Any]]:
+    """In this process (no GPU): the kernel's keys the registry expands from
+    the models' registrations, as keyword arguments of its ``CompileKey``."""
+    import dataclasses
 
-    broadcast, with_norm = set(), set()
-    for tokens in range(1, 8193):
-        blocks = (tokens + 63) // 64
-        broadcast.add(kernels.compute_num_split(64, HIDDEN, blocks))
-        with_norm.add(kernels.compute_num_split(64, HC * HIDDEN, blocks))
-        fused = kernels.mhc_fused_post_pre_split_config(tokens, HIDDEN, HC)
-        if fused is not None:
-            with_norm.add(fused[1])
-    return [
-        flash_pre_big_fuse_key(n, broadcast=is_broadcast)
-        for is_broadcast, splits in ((True, broadcast), (False, with_norm))
-        for n in sorted(splits)
-    ]
+    from dsv4warmup.serving import FLASH
+    from dsv4warmup.v033 import engine, lifecycle, mhc, platform
+
+    cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sms)
+    gpu = mhc.gpu_for(cfg)
+    platform.install(gpu)
+    with mhc.deep_gemm_env(True):
+        vllm_config = engine.vllm_config(cfg, gpu)
+        kernel = mhc.kernels_module()._MHC_PRE_BIG_FUSE_TILELANG_KERNEL
+        registry = lifecycle.warm_registry(
+            vllm_config, "v2", mhc.register, keep=lambda k: k is kernel
+        )
+        with mhc.record_compiles():  # the SM count and DeepGEMM the keys read
+            items = registry.warmup_keys()
+    return [dataclasses.asdict(key) for _, keys in items for key in keys]
+
+
+def _keys(kernel: Any, sms: int) -> list[Any]:
+    """``_registered_keys`` from a CPU-only process (it installs a platform)."""
+    cmd = [sys.executable, __file__, "--keys", "--sms", str(sms)]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)} exited {res.returncode}:\n{res.stderr[-3000:]}")
+    fields = json.loads(res.stdout.strip().splitlines()[-1])
+    if not fields:
+        sys.exit("error: the registry expanded no MhcPreBigFuseTileLangKernel key")
+    return [type(kernel).CompileKey(**f) for f in fields]
 
 
 def _one(symbolic: bool, sms: int) -> dict[str, Any]:
@@ -68,7 +88,7 @@ def _one(symbolic: bool, sms: int) -> dict[str, Any]:
     kernel = kernels._MHC_PRE_BIG_FUSE_TILELANG_KERNEL
     if not symbolic:
         type(kernel).symbolic_warmup_args = ()
-    keys = _keys(kernels)
+    keys = _keys(kernel, sms)
     start = time.perf_counter()
     kernel.compile_many(keys)
     return {"keys": len(keys), "seconds": time.perf_counter() - start}
@@ -98,7 +118,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="TileLang compile pool threads")
     ap.add_argument("--sms", type=int, default=132, help="SM count without a GPU (H200)")
     ap.add_argument("--one", choices=("symbolic", "static"), help=argparse.SUPPRESS)
+    ap.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.keys:
+        with contextlib.redirect_stdout(sys.stderr):
+            keys = _registered_keys(args.sms)
+        print(json.dumps(keys))
+        return
     if args.one:
         print(json.dumps(_one(args.one == "symbolic", args.sms)))
         return
