@@ -218,6 +218,15 @@ def mutants() -> list[Mutant]:
             '+    if False and active is not None and hasattr(jit_impl, "get_tir"):',
             ("tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compile_pool_pass",),
         ),
+        # 0.33.0 0009/0010: the registry does not start its TileLang compiles
+        # before the Triton pool (they wait for it to finish).
+        Mutant(
+            "v033-tilelang-compiles-wait-for-the-triton-pool",
+            _patch(_P33, "0010"),
+            "+                    start_tilelang_compiles()",
+            "+                    pass",
+            ("tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compile_pool_pass",),
+        ),
         # 0.33.0 0010: every rank compiles every shared key (nothing dealt).
         Mutant(
             "v033-sharing-deals-every-key-to-every-rank",

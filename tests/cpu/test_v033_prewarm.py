@@ -276,10 +276,13 @@ def test_tree_tests_of_the_command_pass_on_a_one_gpu_host() -> None:
 
 
 def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
-    """Patch 0009's own tests (no TileLang, no GPU): elaboration on the
-    dispatching thread, compiles in the pool (a barrier fails serial ones),
-    every key in the JIT's call cache, the first error re-raised after the
-    rest, one thread = the serial path; with the registry's tests beside."""
+    """Patch 0009's own tests (no TileLang, no GPU): every key elaborated on
+    the dispatching thread before any compiles (elaborating beside a pool
+    thread's TVM calls corrupted the heap), compiles in the pool (a barrier
+    fails serial ones) while the Triton pool runs, a key dispatched after the
+    pool started compiled on the caller after it, every key in the JIT's call
+    cache, the first error re-raised after the rest, one thread = the serial
+    path; with the registry's tests beside."""
     _tree_tests_pass(
         "tests/model_executor/test_jit_warmup_tilelang_parallel.py",
         "tests/model_executor/test_jit_warmup.py",

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Parallel TileLang warmup: elaboration on the calling thread, compiles in a
-pool, every key in the JIT's call cache. Runs without TileLang or a GPU."""
+"""Parallel TileLang warmup: every key elaborated on the calling thread, then
+compiled in a pool, every key in the JIT's call cache. Runs without TileLang
+or a GPU."""
 
 import sys
 import threading
@@ -112,6 +113,54 @@ def test_compile_many_compiles_in_pool_threads(fake_tilelang: list[str]) -> None
     assert JIT._kernel_cache == {
         (n,): ("kernel", ("tir", (n,))) for n in (1, 2, 3, 5, 8)
     }
+
+
+def test_every_key_is_elaborated_before_any_compiles(
+    fake_tilelang: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TVM's IR builder is not safe beside another thread's TVM calls.
+    events: list[str] = []
+    compiling = threading.Event()
+    tilelang_compile = sys.modules["tilelang"].compile
+    get_tir = JIT.get_tir
+
+    def compile(prim_func: Any, **options: Any) -> Any:
+        events.append("compile")
+        compiling.set()
+        return tilelang_compile(prim_func, **options)
+
+    def elaborate(*args: Any, **kwargs: Any) -> Any:
+        # Time for a compile handed to the pool before this one to start.
+        compiling.wait(0.2)
+        events.append("elaborate")
+        return get_tir(*args, **kwargs)
+
+    monkeypatch.setattr(sys.modules["tilelang"], "compile", compile)
+    monkeypatch.setattr(JIT, "get_tir", elaborate)
+    kernel = ToyTileLangKernel()
+
+    kernel.compile_many(kernel.get_warmup_keys(ns=(1, 2, 3)))
+
+    assert events == ["elaborate"] * 3 + ["compile"] * 3
+    assert sorted(JIT._kernel_cache) == [(1,), (2,), (3,)]
+
+
+def test_a_key_dispatched_after_start_compiles_on_the_caller_after_the_pool(
+    fake_tilelang: list[str],
+) -> None:
+    kernel = ToyTileLangKernel()
+    keys = kernel.get_warmup_keys(ns=(1, 2, 3))
+
+    with helper.tilelang_warmup_pool(len(keys)) as start:
+        kernel.compile_many(keys[:2])
+        start()
+        kernel.compile_many(keys[2:])
+        # The pool's two compiles were done before the third was elaborated.
+        assert len(fake_tilelang) == 2
+
+    assert JIT._kernel_cache[(3,)] == ("serial", ("tir", (3,)))
+    assert sorted(JIT._kernel_cache) == [(1,), (2,), (3,)]
+    assert JIT.elaborated_on == [threading.current_thread().name] * 3
 
 
 def test_registry_compiles_tilelang_keys_in_one_pool(fake_tilelang: list[str]) -> None:
