@@ -240,18 +240,16 @@ def _time_compiles() -> dict[str, dict[str, Any]]:
             # The registry's pool spans its TileLang compiles and the Triton
             # pool beside them; each TileLang kernel's compile_many enters it
             # again (a no-op there): time the outermost entry only.
-            if depth[0]:
-                with pool(num_keys) as start_compiles:
-                    yield start_compiles  # 0009: the pool's compiles begin there
-                return
+            outermost = not depth[0]
             depth[0] += 1
             start = time.perf_counter()
             try:
                 with pool(num_keys) as start_compiles:
-                    yield start_compiles
+                    yield start_compiles  # 0009: the pool's compiles begin there
             finally:
                 depth[0] -= 1
-                add_row(POOL_ROW, helper.__name__, num_keys, time.perf_counter() - start)
+                if outermost:
+                    add_row(POOL_ROW, helper.__name__, num_keys, time.perf_counter() - start)
 
         helper.tilelang_warmup_pool = timed_pool
 
