@@ -75,14 +75,13 @@ def _one(symbolic: bool, sms: int, fields: list[dict[str, Any]]) -> dict[str, An
     import torch
 
     if not torch.cuda.is_available():
-        from types import SimpleNamespace
-        from unittest import mock
+        import dataclasses
 
         from dsv4warmup.v033 import platform
 
-        platform.install(platform.H200)
-        props = SimpleNamespace(multi_processor_count=sms)
-        mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props).start()
+        gpu = dataclasses.replace(platform.H200, sm_count=sms)
+        platform.install(gpu)
+        platform.install_device_properties(gpu)
     from vllm.model_executor.kernels.mhc import tilelang_kernels as kernels
 
     kernel = kernels._MHC_PRE_BIG_FUSE_TILELANG_KERNEL

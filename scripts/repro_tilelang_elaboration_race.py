@@ -31,16 +31,11 @@ MODES = ("script", "save_json", "after", "none")
 
 def _keys() -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
     """``(jit_impl, args, kwargs)`` of each key, as the warmup elaborates it."""
-    from types import SimpleNamespace
-    from unittest import mock
-
-    import torch
     from bench_tilelang_elaboration import flash_pre_big_fuse_key
     from dsv4warmup.v033 import platform
 
     platform.install(platform.H200)
-    props = SimpleNamespace(multi_processor_count=132)
-    mock.patch.object(torch.cuda, "get_device_properties", lambda *_: props).start()
+    platform.install_device_properties(platform.H200)
     from vllm.model_executor.kernels.mhc import tilelang_kernels as kernels
     from vllm.model_executor.warmup import jit_warmup_tilelang_helper as helper
 

@@ -29,7 +29,6 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -110,17 +109,6 @@ class _StandInOp:
         return _StandInOp(f"{self.__name__}.{name}")
 
 
-def _device_properties(gpu: platform.Gpu) -> Any:
-    """What kernels read from ``torch.cuda.get_device_properties`` (SM count)."""
-    return types.SimpleNamespace(
-        name=gpu.name,
-        major=gpu.capability[0],
-        minor=gpu.capability[1],
-        multi_processor_count=gpu.sm_count,
-        total_memory=gpu.memory_gib << 30,
-    )
-
-
 def _permissive_op_namespaces() -> None:
     import torch
     import vllm._custom_ops  # noqa: F401  registers fakes for the ops that exist
@@ -176,7 +164,7 @@ def install(
 
     torch.cuda.Stream = _NoStream  # type: ignore[misc,assignment]
     torch.cuda.Event = _NoStream  # type: ignore[misc,assignment]
-    torch.cuda.get_device_properties = lambda device=None: _device_properties(gpu)  # type: ignore[assignment]
+    platform.install_device_properties(gpu)
     torch.accelerator.current_device_index = lambda: 0  # type: ignore[assignment]
     if permissive_ops:
         _permissive_op_namespaces()

@@ -110,3 +110,22 @@ def install(gpu: Gpu = H200) -> Any:
 
 def installed_gpu() -> Gpu | None:
     return _installed
+
+
+def device_properties(gpu: Gpu) -> Any:
+    """What kernels read from ``torch.cuda.get_device_properties`` (SM count)."""
+    return types.SimpleNamespace(
+        name=gpu.name,
+        major=gpu.capability[0],
+        minor=gpu.capability[1],
+        multi_processor_count=gpu.sm_count,
+        total_memory=gpu.memory_gib << 30,
+    )
+
+
+def install_device_properties(gpu: Gpu) -> None:
+    """Make ``torch.cuda.get_device_properties`` answer for ``gpu`` in this
+    process (no GPU to ask)."""
+    import torch
+
+    torch.cuda.get_device_properties = lambda device=None: device_properties(gpu)  # type: ignore[assignment]
