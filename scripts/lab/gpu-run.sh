@@ -55,10 +55,13 @@ phase_gpu_each() {  # each file of GPU_TESTS in its own pytest, capped by PHASE_
     done )
 }
 
-phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard overhead
-  ( lab patched; cd "$REPO" &&
-    timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
-      --pristine-tree /tmp/lab-pristine/tree --mode all 2>&1 )
+phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard overhead;
+  # C128A_MODE=bench C128A_ROUNDS=N: the overhead alone, N processes
+  ( lab patched; cd "$REPO" && for round in $(seq "${C128A_ROUNDS:-1}"); do
+      echo "### c128a_guard_check --mode ${C128A_MODE:-all}, round $round"
+      timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
+        --pristine-tree /tmp/lab-pristine/tree --mode "${C128A_MODE:-all}" 2>&1 || exit
+    done )
 }
 
 # Host backtraces off: with compute-sanitizer's default --show-backtrace yes (2025.3.1) every

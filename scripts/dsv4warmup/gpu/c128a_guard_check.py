@@ -17,7 +17,7 @@ Modes:
 * ``bench``: guard overhead on realistic batches (8192 tokens; C128A widths
   512 and 8192, i.e. max_model_len 64K and 1M), patched vs unpatched in one
   process, with ``triton.testing.do_bench`` (and CUDA graphs, where launch
-  overhead would hide a ~10 us kernel).
+  overhead would hide a ~10 us kernel), each kernel timed twice in ABBA order.
 * ``all`` (default): the two sanitizer runs as subprocesses (if
   ``compute-sanitizer`` is found; caching allocator off so every tensor is its
   own allocation), then ``bench``. Exits 1 if unpatched shows no error or
@@ -164,11 +164,21 @@ def bench(pristine: ModuleType, patched: ModuleType) -> None:
                 timer = getattr(triton.testing, timer_name, None)
                 if timer is None:
                     continue
-                times = []
-                for module, is_patched in ((pristine, False), (patched, True)):
+                # Each kernel timed twice, in ABBA order, and the two means
+                # averaged: whichever runs second no longer gains from order.
+                samples: dict[bool, list[float]] = {False: [], True: []}
+                for module, is_patched in (
+                    (pristine, False),
+                    (patched, True),
+                    (patched, True),
+                    (pristine, False),
+                ):
                     launch(module, b, is_patched)  # compile outside the timing
                     torch.cuda.synchronize()
-                    times.append(1000 * timer(lambda m=module, p=is_patched, b=b: launch(m, b, p)))
+                    samples[is_patched].append(
+                        1000 * timer(lambda m=module, p=is_patched, b=b: launch(m, b, p))
+                    )
+                times = [sum(samples[False]) / 2, sum(samples[True]) / 2]
                 case = f"8192 tok {kind}, {label}, {timer_name.replace('do_bench', 'bench')}"
                 print(
                     f"{case:<34} {times[0]:>13.2f} {times[1]:>11.2f} "
