@@ -5,7 +5,7 @@
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), tilelang_compile (lscpu +
 # scripts/bench_tilelang_compile.py), gpu (our forked GPU
-# tests), sanitizer (c128a memcheck), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
+# tests), sanitizer (c128a memcheck), guard_variants (where the c128a guard's cost goes), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
 # scripts/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench_symbolic_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid),
@@ -62,6 +62,13 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
       timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
         --pristine-tree /tmp/lab-pristine/tree --mode "${C128A_MODE:-all}" 2>&1 || exit
     done )
+}
+
+phase_guard_variants() {  # where the C128A guard's cost goes: the patched kernel less one part
+  # of the guard at a time, each against pristine at width 512 (TREES="pristine patched")
+  ( lab patched; cd "$REPO" && PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" \
+      timeout ${PHASE_TIMEOUT:-300} python3 scripts/dsv4warmup/gpu/c128a_guard_variants.py \
+      --pristine-tree /tmp/lab-pristine/tree 2>&1 )
 }
 
 # Host backtraces off: with compute-sanitizer's default --show-backtrace yes (2025.3.1) every

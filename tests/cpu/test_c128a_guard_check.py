@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from dsv4warmup import trees
 from dsv4warmup.gpu import c128a_guard_check as check
+from dsv4warmup.gpu import c128a_guard_variants as variants
 
 MODULE = Path("vllm/models/deepseek_v4/sparse_mla.py")
 
@@ -74,3 +75,19 @@ def test_launch_binds_each_argument_to_its_parameter(base: str, patched: bool) -
     assert bound["block_size"] == check.BLOCK
     assert bound["max_compressed_tokens"] == 512
     assert bound.get("num_kv_blocks") == (check.NUM_KV_BLOCKS if patched else None)
+
+
+@pytest.mark.parametrize("name", sorted(variants.VARIANTS))
+def test_each_guard_variant_takes_out_its_part_of_the_patched_kernel(name: str) -> None:
+    """``c128a_guard_variants.py`` (GPU) rewrites the patched 0.33.0 kernel's
+    text: each rewrite must find its lines once and leave Python that parses,
+    with the kernel still calling the guard everywhere else."""
+    source = (trees.patched_tree("0.33.0") / MODULE).read_text()
+    out = variants.variant_source(source, name)
+    ast.parse(out)
+    assert out != source
+    assert out.count("_is_safe(") == source.count("_is_safe(") - (
+        name in ("no-block-guard", "no-row-guard")
+    )
+    with pytest.raises(SystemExit, match=name):
+        variants.variant_source(out, name)  # its lines are gone

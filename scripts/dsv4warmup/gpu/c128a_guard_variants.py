@@ -1,0 +1,142 @@
+"""Where the C128A guard's cost goes (GPU; by hand).
+
+    python scripts/dsv4warmup/gpu/c128a_guard_variants.py --pristine-tree <pristine 0.33.0 tree>
+        [--rounds 1]
+
+With the patched tree on ``PYTHONPATH``. Each variant is the patched
+``sparse_mla.py`` with one part of 0.33.0 patch 0001's guard taken out,
+written to a temporary file at run time and imported beside the pristine
+module; every variant and the patched kernel are timed against pristine on
+the batches of ``c128a_guard_check.py`` at C128A width 512 (max_model_len
+64K, where session 19 measured +2.8 % / +4.2 % under CUDA graphs), each pair
+in ABBA order, and their outputs on valid input compared with pristine's.
+A variant is a measurement, not a proposal: each one drops a check that
+keeps garbage from becoming an address, except ``count-before-load`` (same
+slots; an out-of-range block id is counted in the length as a -1 slot) and
+``no-other`` (same outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+from dsv4warmup.gpu import c128a_guard_check as check
+
+_LOAD_OTHER = """                    mask=mask & is_valid,
+                    other=-1,
+"""
+_BLOCK_GUARD = """                is_valid = is_valid & _is_safe(block_numbers, num_kv_blocks)
+"""
+_ROW_GUARD = """            num_readable = tl.where(
+                _is_safe(req_idx, block_table_rows), num_readable, 0
+            )
+"""
+_IN_RANGE = """                is_valid = offset < num_readable
+"""
+_COUNT = """                count += tl.sum(is_valid.to(tl.int32), axis=0)
+"""
+
+# name -> (what it drops, [(text in the patched file, replacement)])
+VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "no-other": (
+        "the masked load's other=-1",
+        [(_LOAD_OTHER, "                    mask=mask & is_valid,\n")],
+    ),
+    "count-before-load": (
+        "the length's wait on the loaded block ids",
+        [
+            (_IN_RANGE, _IN_RANGE + "                in_range = is_valid\n"),
+            (_COUNT, _COUNT.replace("is_valid.to", "in_range.to")),
+        ],
+    ),
+    "no-block-guard": ("the per-entry block-id check", [(_BLOCK_GUARD, "")]),
+    "no-row-guard": ("the per-token request-row check", [(_ROW_GUARD, "")]),
+}
+
+
+def variant_source(source: str, name: str) -> str:
+    """``source`` (the patched ``sparse_mla.py``) less variant ``name``'s part."""
+    for old, new in VARIANTS[name][1]:
+        if source.count(old) != 1:
+            raise SystemExit(f"error: variant {name}: {old.strip()!r} is not in the kernel once")
+        source = source.replace(old, new)
+    return source
+
+
+def load_variant(source: str, name: str, folder: Path) -> ModuleType:
+    path = folder / f"sparse_mla_{name.replace('-', '_')}.py"
+    path.write_text(variant_source(source, name))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def outputs(module: ModuleType, b: dict, patched: bool) -> list:
+    check.launch(module, b, patched)
+    return [b[k].clone() for k in ("global_decode", "decode_lens", "prefill")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pristine-tree", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=1, help="ABBA rounds per pair")
+    args = parser.parse_args()
+
+    import torch
+    import triton
+
+    pristine = check.load_pristine(args.pristine_tree)
+    patched = check.load_patched()
+    source = Path(patched.__file__).read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        candidates = {"patched": patched} | {
+            name: load_variant(source, name, Path(tmp)) for name in VARIANTS
+        }
+        for name, (drops, _) in VARIANTS.items():
+            print(f"{name}: without {drops}")
+        print(f"{'case':<40} {'kernel':<18} {'pristine us':>12} {'it us':>8} {'diff':>7}")
+        for decode, prefill, kind in ((8192, 0, "decode"), (4096, 4096, "mixed")):
+            b = check.make_batch(65536, decode, prefill)
+            want = outputs(pristine, b, False)
+            for name, module in candidates.items():
+                same = all(
+                    torch.equal(x, y) for x, y in zip(want, outputs(module, b, True), strict=True)
+                )
+                print(f"8192 tok {kind}, width 512: {name} outputs equal pristine's: {same}")
+            for timer_name in ("do_bench", "do_bench_cudagraph"):
+                timer = getattr(triton.testing, timer_name)
+                for name, module in candidates.items():
+                    samples: dict[bool, list[float]] = {False: [], True: []}
+                    for _ in range(args.rounds):
+                        for mod, is_patched in (
+                            (pristine, False),
+                            (module, True),
+                            (module, True),
+                            (pristine, False),
+                        ):
+                            check.launch(mod, b, is_patched)
+                            torch.cuda.synchronize()
+                            samples[is_patched].append(
+                                1000 * timer(lambda m=mod, p=is_patched, b=b: check.launch(m, b, p))
+                            )
+                    base = statistics.mean(samples[False])
+                    it = statistics.mean(samples[True])
+                    case = f"8192 tok {kind}, width 512, {timer_name.replace('do_bench', 'bench')}"
+                    print(
+                        f"{case:<40} {name:<18} {base:>12.2f} {it:>8.2f} "
+                        f"{100 * (it / base - 1):>6.1f}%"
+                    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
