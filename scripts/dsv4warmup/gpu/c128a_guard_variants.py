@@ -10,10 +10,11 @@ module; every variant and the patched kernel are timed against pristine on
 the batches of ``c128a_guard_check.py`` at C128A width 512 (max_model_len
 64K, where session 19 measured +2.8 % / +4.2 % under CUDA graphs), each pair
 in ABBA order, and their outputs on valid input compared with pristine's.
-A variant is a measurement, not a proposal: each one drops a check that
-keeps garbage from becoming an address, except ``count-before-load`` (same
-slots; an out-of-range block id is counted in the length as a -1 slot) and
-``no-other`` (same outputs).
+The ``no-*`` variants are measurements, not proposals: each drops a check
+that keeps garbage from becoming an address (``no-other`` only the load's
+fill value; ``count-before-load`` counts an out-of-range block id in the
+length as a -1 slot). ``host-width``, ``readable-limit`` and ``column-mask``
+are candidate formulations with the same outputs for every input.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ _ROW_GUARD = """            num_readable = tl.where(
                 _is_safe(req_idx, block_table_rows), num_readable, 0
             )
 """
+_WIDTH_CLAMP = """            num_readable = tl.minimum(num_compressed, block_table_width * block_size)
+"""
+_WIDTH_ARG = """            block_table_width=block_table.shape[1],
+"""
+_NO_CLAMP = """            num_readable = num_compressed
+"""
 _IN_RANGE = """                is_valid = offset < num_readable
 """
 _COUNT = """                count += tl.sum(is_valid.to(tl.int32), axis=0)
@@ -57,6 +64,49 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     ),
     "no-block-guard": ("the per-entry block-id check", [(_BLOCK_GUARD, "")]),
     "no-row-guard": ("the per-token request-row check", [(_ROW_GUARD, "")]),
+    "no-width-clamp": ("the clamp to the table's width", [(_WIDTH_CLAMP, _NO_CLAMP)]),
+    "host-width": (
+        "the in-kernel width product (the launch passes the width in entries)",
+        [
+            (_WIDTH_CLAMP, _WIDTH_CLAMP.replace(" * block_size", "")),
+            (_WIDTH_ARG, _WIDTH_ARG.replace("shape[1],", "shape[1] * block_size,")),
+        ],
+    ),
+    # Candidates (same outputs for every input; measured, not shipped):
+    "readable-limit": (
+        "the second clamp: the launch passes min(width in entries, max_compressed_tokens)"
+        " and the decode branch clamps the raw count once",
+        [
+            (
+                _WIDTH_CLAMP,
+                "            num_readable = tl.minimum(\n"
+                "                (position + 1) // compress_ratio, block_table_width\n"
+                "            )\n",
+            ),
+            (
+                _WIDTH_ARG,
+                "            block_table_width=min(\n"
+                "                block_table.shape[1] * block_size, max_compressed_tokens\n"
+                "            ),\n",
+            ),
+        ],
+    ),
+    "column-mask": (
+        "the scalar clamp: each entry's column is checked against the width instead",
+        [
+            (_WIDTH_CLAMP, _NO_CLAMP),
+            (
+                _IN_RANGE,
+                "                is_valid = (offset < num_readable) & (\n"
+                "                    offset // block_size < block_table_width\n"
+                "                )\n",
+            ),
+        ],
+    ),
+    "no-guard": (
+        "every check (the bounds still passed)",
+        [(_BLOCK_GUARD, ""), (_ROW_GUARD, ""), (_WIDTH_CLAMP, _NO_CLAMP)],
+    ),
 }
 
 
