@@ -13,8 +13,10 @@ in ABBA order, and their outputs on valid input compared with pristine's.
 The ``no-*`` variants are measurements, not proposals: each drops a check
 that keeps garbage from becoming an address (``no-other`` only the load's
 fill value; ``count-before-load`` counts an out-of-range block id in the
-length as a -1 slot). ``host-width``, ``readable-limit`` and ``column-mask``
-are candidate formulations with the same outputs for every input.
+length as a -1 slot). ``host-width``, ``readable-limit`` and ``column-mask`` are candidate
+formulations with the same outputs for every input; ``v026-structure`` (the
+0.26.0 series' guard, measured neutral there) also writes -1 slots for a
+padding token (slot mapping < 0), whose length is 0 either way.
 """
 
 from __future__ import annotations
@@ -49,8 +51,42 @@ _IN_RANGE = """                is_valid = offset < num_readable
 _COUNT = """                count += tl.sum(is_valid.to(tl.int32), axis=0)
 """
 
+_DECODE_BODY = (
+    "            # Stale or padded entries can hold any request id or position:\n",
+    "                tl.where(is_valid_token, count, 0),\n            )\n",
+)
+# The 0.26.0 series' guard (its 0001, "guard v3" in docs/gpu-results.md):
+# padding tokens and bad rows read nothing, chunks past the readable slots only
+# store -1, and each branch stores its own chunk.
+_V026_DECODE_BODY = """\
+            row_is_safe = is_valid_token & _is_safe(req_idx, block_table_rows)
+            num_readable = tl.minimum(num_compressed, block_table_width * block_size)
+            num_readable = tl.where(row_is_safe, num_readable, 0)
+            count = tl.zeros((), dtype=tl.int32)
+            for i in range(0, max_compressed_tokens, BLOCK_SIZE):
+                offset = i + tl.arange(0, BLOCK_SIZE)
+                mask = offset < max_compressed_tokens
+                out_ptrs = global_decode_ptr + token_idx * global_decode_stride + offset
+                if i < num_readable:
+                    block_indices = offset // block_size
+                    is_valid = offset < num_readable
+                    block_numbers = tl.load(
+                        block_table_ptr + req_idx * block_table_stride + block_indices,
+                        mask=mask & is_valid,
+                        other=-1,
+                    )
+                    is_valid = is_valid & _is_safe(block_numbers, num_kv_blocks)
+                    block_offsets = offset % block_size
+                    slot_ids = block_numbers * block_size + block_offsets
+                    tl.store(out_ptrs, tl.where(is_valid, slot_ids, -1), mask=mask)
+                    count += tl.sum(is_valid.to(tl.int32), axis=0)
+                else:
+                    tl.store(out_ptrs, tl.full((BLOCK_SIZE,), -1, tl.int32), mask=mask)
+            tl.store(decode_lens_ptr + token_idx, count)
+"""
+
 # name -> (what it drops, [(text in the patched file, replacement)])
-VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
     "no-other": (
         "the masked load's other=-1",
         [(_LOAD_OTHER, "                    mask=mask & is_valid,\n")],
@@ -103,6 +139,10 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
             ),
         ],
     ),
+    "v026-structure": (
+        "0.33.0's loop shape: the 0.26.0 series' guard (branch per chunk, a store in each)",
+        [(_DECODE_BODY, _V026_DECODE_BODY)],
+    ),
     "no-guard": (
         "every check (the bounds still passed)",
         [(_BLOCK_GUARD, ""), (_ROW_GUARD, ""), (_WIDTH_CLAMP, _NO_CLAMP)],
@@ -113,6 +153,14 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 def variant_source(source: str, name: str) -> str:
     """``source`` (the patched ``sparse_mla.py``) less variant ``name``'s part."""
     for old, new in VARIANTS[name][1]:
+        if isinstance(old, tuple):  # the span from the first line to the second
+            first, last = old
+            start = source.find(first)
+            end = source.find(last, start) + len(last)
+            if source.count(first) != 1 or end < start + len(first) + len(last):
+                raise SystemExit(f"error: variant {name}: {first.strip()!r} ... not in the kernel")
+            source = source[:start] + new + source[end:]
+            continue
         if source.count(old) != 1:
             raise SystemExit(f"error: variant {name}: {old.strip()!r} is not in the kernel once")
         source = source.replace(old, new)
