@@ -13,8 +13,8 @@ in ABBA order, and their outputs on valid input compared with pristine's.
 The ``no-*`` variants are measurements, not proposals: each drops a check
 that keeps garbage from becoming an address (``no-other`` only the load's
 fill value; ``count-before-load`` counts an out-of-range block id in the
-length as a -1 slot). ``host-width``, ``readable-limit`` and ``column-mask`` are candidate
-formulations with the same outputs for every input; ``v026-structure`` (the
+length as a -1 slot). ``host-width``, ``readable-limit``, ``column-mask`` and ``v026-keep-padding``
+are candidate formulations with the same outputs for every input; ``v026-structure`` (the
 0.26.0 series' guard, measured neutral there) also writes -1 slots for a
 padding token (slot mapping < 0), whose length is 0 either way.
 """
@@ -142,6 +142,21 @@ VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
     "v026-structure": (
         "0.33.0's loop shape: the 0.26.0 series' guard (branch per chunk, a store in each)",
         [(_DECODE_BODY, _V026_DECODE_BODY)],
+    ),
+    "v026-keep-padding": (
+        "0.33.0's loop shape: the 0.26.0 series' branch per chunk, with 0.33.0's"
+        " contract (a padding token's slots computed, its length 0)",
+        [
+            (
+                _DECODE_BODY,
+                _V026_DECODE_BODY.replace(
+                    "row_is_safe = is_valid_token & _is_safe(", "row_is_safe = _is_safe("
+                ).replace(
+                    "tl.store(decode_lens_ptr + token_idx, count)",
+                    "tl.store(decode_lens_ptr + token_idx, tl.where(is_valid_token, count, 0))",
+                ),
+            )
+        ],
     ),
     "no-guard": (
         "every check (the bounds still passed)",
