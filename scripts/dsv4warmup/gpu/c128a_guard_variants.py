@@ -13,10 +13,11 @@ in ABBA order, and their outputs on valid input compared with pristine's.
 The ``no-*`` variants are measurements, not proposals: each drops a check
 that keeps garbage from becoming an address (``no-other`` only the load's
 fill value; ``count-before-load`` counts an out-of-range block id in the
-length as a -1 slot). ``host-width``, ``readable-limit``, ``column-mask`` and ``v026-keep-padding``
-are candidate formulations with the same outputs for every input; ``v026-structure`` (the
-0.26.0 series' guard, measured neutral there) also writes -1 slots for a
-padding token (slot mapping < 0), whose length is 0 either way.
+length as a -1 slot). ``host-width``, ``readable-limit``, ``column-mask`` and
+``v026-keep-padding`` are candidate formulations with the same outputs for
+every input; ``v026-structure`` (the 0.26.0 series' guard, measured neutral
+there) also writes -1 slots for a padding token (slot mapping < 0), whose
+length is 0 either way.
 """
 
 from __future__ import annotations
