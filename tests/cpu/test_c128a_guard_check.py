@@ -91,3 +91,25 @@ def test_each_guard_variant_takes_out_its_part_of_the_patched_kernel(name: str) 
     assert out.count("_is_safe(") == source.count("_is_safe(") - dropped
     with pytest.raises(SystemExit, match=name):
         variants.variant_source(out, name)  # its lines are gone
+
+
+def test_time_abba_times_each_launch_in_abba_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither launch gains from running second: per round A, B, B, A, each
+    launched once before it is timed, and the means are per launch."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls: list[str] = []
+    timed: list[str] = []
+    given = {"a": iter([0.001, 0.003, 0.005, 0.007]), "b": iter([0.010, 0.030, 0.050, 0.070])}
+
+    def timer(fn: Any) -> float:
+        fn()
+        timed.append(calls[-1])
+        return next(given[calls[-1]])
+
+    a, b = (lambda: calls.append("a")), (lambda: calls.append("b"))
+    means = check.time_abba(timer, a, b, rounds=2)
+    assert timed == ["a", "b", "b", "a"] * 2
+    assert calls == ["a", "a", "b", "b", "b", "b", "a", "a"] * 2  # warm launch, then timed
+    assert means == pytest.approx((4.0, 40.0))

@@ -31,8 +31,10 @@ import importlib.util
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -152,6 +154,27 @@ def run_garbage(module: ModuleType, patched: bool) -> int:
     return 0
 
 
+def time_abba(
+    timer: Callable[[Callable[[], None]], float],
+    unpatched: Callable[[], None],
+    patched: Callable[[], None],
+    rounds: int = 1,
+) -> tuple[float, float]:
+    """Mean µs of each launch, timed in ABBA order ``rounds`` times: neither
+    gains from running second. Each is launched once before its timing
+    (compiles stay outside it)."""
+    import torch
+
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for which in (0, 1, 1, 0):
+            fn = (unpatched, patched)[which]
+            fn()
+            torch.cuda.synchronize()
+            samples[which].append(1000 * timer(fn))
+    return statistics.mean(samples[0]), statistics.mean(samples[1])
+
+
 def bench(pristine: ModuleType, patched: ModuleType) -> None:
     import torch
     import triton
@@ -164,21 +187,11 @@ def bench(pristine: ModuleType, patched: ModuleType) -> None:
                 timer = getattr(triton.testing, timer_name, None)
                 if timer is None:
                     continue
-                # Each kernel timed twice, in ABBA order, and the two means
-                # averaged: whichever runs second no longer gains from order.
-                samples: dict[bool, list[float]] = {False: [], True: []}
-                for module, is_patched in (
-                    (pristine, False),
-                    (patched, True),
-                    (patched, True),
-                    (pristine, False),
-                ):
-                    launch(module, b, is_patched)  # compile outside the timing
-                    torch.cuda.synchronize()
-                    samples[is_patched].append(
-                        1000 * timer(lambda m=module, p=is_patched, b=b: launch(m, b, p))
-                    )
-                times = [sum(samples[False]) / 2, sum(samples[True]) / 2]
+                times = time_abba(
+                    timer,
+                    lambda b=b: launch(pristine, b, False),
+                    lambda b=b: launch(patched, b, True),
+                )
                 case = f"8192 tok {kind}, {label}, {timer_name.replace('do_bench', 'bench')}"
                 print(
                     f"{case:<34} {times[0]:>13.2f} {times[1]:>11.2f} "

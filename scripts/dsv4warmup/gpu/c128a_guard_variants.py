@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -229,21 +228,12 @@ def main() -> int:
             for timer_name in ("do_bench", "do_bench_cudagraph"):
                 timer = getattr(triton.testing, timer_name)
                 for name, module in candidates.items():
-                    samples: dict[bool, list[float]] = {False: [], True: []}
-                    for _ in range(args.rounds):
-                        for mod, is_patched in (
-                            (pristine, False),
-                            (module, True),
-                            (module, True),
-                            (pristine, False),
-                        ):
-                            check.launch(mod, b, is_patched)
-                            torch.cuda.synchronize()
-                            samples[is_patched].append(
-                                1000 * timer(lambda m=mod, p=is_patched, b=b: check.launch(m, b, p))
-                            )
-                    base = statistics.mean(samples[False])
-                    it = statistics.mean(samples[True])
+                    base, it = check.time_abba(
+                        timer,
+                        lambda b=b: check.launch(pristine, b, False),
+                        lambda m=module, b=b: check.launch(m, b, True),
+                        args.rounds,
+                    )
                     case = f"8192 tok {kind}, width 512, {timer_name.replace('do_bench', 'bench')}"
                     print(
                         f"{case:<40} {name:<18} {base:>12.2f} {it:>8.2f} "
