@@ -113,3 +113,23 @@ def test_time_abba_times_each_launch_in_abba_order(monkeypatch: pytest.MonkeyPat
     assert timed == ["a", "b", "b", "a"] * 2
     assert calls == ["a", "a", "b", "b", "b", "b", "a", "a"] * 2  # warm launch, then timed
     assert means == pytest.approx((4.0, 40.0))
+
+
+def test_launch_outputs_are_copies_taken_after_the_launch() -> None:
+    """What the bench and the variants compare: the three buffers as the launch
+    left them, unchanged by the next launch on the same batch."""
+    import torch
+
+    batch: dict[str, Any] = dict.fromkeys(("positions", "token_to_req", "slot_mapping"))
+    batch |= {"block_table": [[0]], "num_decodes": 1, "num_decode_tokens": 1, "width": 4}
+    batch |= {k: torch.zeros(4) for k in ("global_decode", "decode_lens", "prefill")}
+
+    def build(**kwargs: Any) -> None:
+        for name in ("global_decode_buffer", "decode_lens_buffer", "prefill_buffer"):
+            kwargs[name].add_(1)
+
+    module = SimpleNamespace(build_c128a_topk_metadata=build)
+    first = check.launch_outputs(module, batch, True)  # type: ignore[arg-type]
+    second = check.launch_outputs(module, batch, True)  # type: ignore[arg-type]
+    assert [t.tolist() for t in first] == [[1.0] * 4] * 3
+    assert [t.tolist() for t in second] == [[2.0] * 4] * 3

@@ -45,14 +45,20 @@ BLOCK = KV_BLOCK // RATIO
 NUM_KV_BLOCKS = 20000
 
 
-def load_pristine(tree: Path) -> ModuleType:
-    path = tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
-    spec = importlib.util.spec_from_file_location("pristine_sparse_mla", path)
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import ``path`` as module ``name``, beside the imported ``vllm`` (its
+    imports resolve against that tree)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_pristine(tree: Path) -> ModuleType:
+    path = tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
+    return load_module(path, "pristine_sparse_mla")
 
 
 def load_patched() -> ModuleType:
@@ -119,6 +125,12 @@ def launch(module: ModuleType, b: dict[str, Any], patched: bool) -> None:
         max_compressed_tokens=b["width"],
         **kwargs,
     )
+
+
+def launch_outputs(module: ModuleType, b: dict[str, Any], patched: bool) -> list[Any]:
+    """Copies of the three output buffers after one launch on ``b``."""
+    launch(module, b, patched)
+    return [b[k].clone() for k in ("global_decode", "decode_lens", "prefill")]
 
 
 def garbage_batch() -> dict[str, Any]:
@@ -198,10 +210,7 @@ def bench(pristine: ModuleType, patched: ModuleType) -> None:
                     f"{100 * (times[1] / times[0] - 1):>8.1f}%"
                 )
             # Same results on valid inputs.
-            outs = []
-            for module, is_patched in ((pristine, False), (patched, True)):
-                launch(module, b, is_patched)
-                outs.append([b[k].clone() for k in ("global_decode", "decode_lens", "prefill")])
+            outs = [launch_outputs(pristine, b, False), launch_outputs(patched, b, True)]
             same = all(torch.equal(x, y) for x, y in zip(*outs, strict=True))
             print(f"  valid inputs, identical outputs: {same}")
 

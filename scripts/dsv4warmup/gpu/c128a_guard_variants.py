@@ -23,7 +23,6 @@ length is 0 either way.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -185,17 +184,7 @@ def variant_source(source: str, name: str) -> str:
 def load_variant(source: str, name: str, folder: Path) -> ModuleType:
     path = folder / f"sparse_mla_{name.replace('-', '_')}.py"
     path.write_text(variant_source(source, name))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def outputs(module: ModuleType, b: dict, patched: bool) -> list:
-    check.launch(module, b, patched)
-    return [b[k].clone() for k in ("global_decode", "decode_lens", "prefill")]
+    return check.load_module(path, path.stem)
 
 
 def main() -> int:
@@ -219,10 +208,11 @@ def main() -> int:
         print(f"{'case':<40} {'kernel':<18} {'pristine us':>12} {'it us':>8} {'diff':>7}")
         for decode, prefill, kind in ((8192, 0, "decode"), (4096, 4096, "mixed")):
             b = check.make_batch(65536, decode, prefill)
-            want = outputs(pristine, b, False)
+            want = check.launch_outputs(pristine, b, False)
             for name, module in candidates.items():
                 same = all(
-                    torch.equal(x, y) for x, y in zip(want, outputs(module, b, True), strict=True)
+                    torch.equal(x, y)
+                    for x, y in zip(want, check.launch_outputs(module, b, True), strict=True)
                 )
                 print(f"8192 tok {kind}, width 512: {name} outputs equal pristine's: {same}")
             for timer_name in ("do_bench", "do_bench_cudagraph"):
