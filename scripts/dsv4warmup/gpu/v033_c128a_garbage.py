@@ -22,25 +22,13 @@ allocation and a read past one is an invalid address.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 RATIO, KV_BLOCK = 128, 256
 BLOCK = KV_BLOCK // RATIO
 MAX_MODEL_LEN = 65536
 NUM_KV_BLOCKS = 300
-
-
-def _load_pristine(tree: Path) -> ModuleType:
-    path = tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
-    spec = importlib.util.spec_from_file_location("pristine_v033_sparse_mla", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -99,8 +87,9 @@ def run_patched() -> None:
 
 def run_pristine(tree: Path) -> None:
     import torch
+    from dsv4warmup.gpu.c128a_guard_check import load_pristine
 
-    module = _load_pristine(tree)
+    module = load_pristine(tree)
     assert not hasattr(module, "_is_safe"), f"{tree} is patched"
     module.build_c128a_topk_metadata(**garbage_batch())
     torch.cuda.synchronize()
@@ -127,6 +116,7 @@ def main() -> None:
 
     if os.environ.get("DSV4_VLLM_TREE"):  # the tree the tests import
         sys.path.insert(0, os.environ["DSV4_VLLM_TREE"])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # scripts/: dsv4warmup
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("patched", "pristine", "out-of-bounds"))
     parser.add_argument("--pristine-tree", type=Path)
