@@ -65,10 +65,11 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
 }
 
 phase_guard_variants() {  # where the C128A guard's cost goes: the patched kernel less one part
-  # of the guard at a time, each against pristine at width 512 (TREES="pristine patched")
+  # of the guard at a time, each against pristine at width 512 (TREES="pristine patched");
+  # VARIANT_ARGS e.g. "--only readable-limit,no-guard --rounds 3"
   ( lab patched; cd "$REPO" && PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" \
       timeout ${PHASE_TIMEOUT:-300} python3 scripts/dsv4warmup/gpu/c128a_guard_variants.py \
-      --pristine-tree /tmp/lab-pristine/tree 2>&1 )
+      --pristine-tree /tmp/lab-pristine/tree ${VARIANT_ARGS:-} 2>&1 )
 }
 
 # Host backtraces off: with compute-sanitizer's default --show-backtrace yes (2025.3.1) every

@@ -49,6 +49,29 @@ _IN_RANGE = """                is_valid = offset < num_readable
 """
 _COUNT = """                count += tl.sum(is_valid.to(tl.int32), axis=0)
 """
+_COUNT_INIT = """            count = tl.zeros((), dtype=tl.int32)
+"""
+# The length as the readable columns, no reduction: a block id outside the
+# cache still gives slot -1 but is counted (as -1 entries inside a C4A row's
+# length are: the sparse MLA kernels skip negative ids).
+_SCALAR_COUNT = [
+    (_COUNT_INIT, "            count = tl.maximum(num_readable, 0).to(tl.int32)\n"),
+    (_COUNT, ""),
+]
+_READABLE_LIMIT = [
+    (
+        _WIDTH_CLAMP,
+        "            num_readable = tl.minimum(\n"
+        "                (position + 1) // compress_ratio, block_table_width\n"
+        "            )\n",
+    ),
+    (
+        _WIDTH_ARG,
+        "            block_table_width=min(\n"
+        "                block_table.shape[1] * block_size, max_compressed_tokens\n"
+        "            ),\n",
+    ),
+]
 
 _DECODE_BODY = (
     "            # Stale or padded entries can hold any request id or position:\n",
@@ -111,20 +134,7 @@ VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
     "readable-limit": (
         "the second clamp: the launch passes min(width in entries, max_compressed_tokens)"
         " and the decode branch clamps the raw count once",
-        [
-            (
-                _WIDTH_CLAMP,
-                "            num_readable = tl.minimum(\n"
-                "                (position + 1) // compress_ratio, block_table_width\n"
-                "            )\n",
-            ),
-            (
-                _WIDTH_ARG,
-                "            block_table_width=min(\n"
-                "                block_table.shape[1] * block_size, max_compressed_tokens\n"
-                "            ),\n",
-            ),
-        ],
+        _READABLE_LIMIT,
     ),
     "column-mask": (
         "the scalar clamp: each entry's column is checked against the width instead",
@@ -156,6 +166,15 @@ VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
                 ),
             )
         ],
+    ),
+    "scalar-count": (
+        "the length's reduction: it is the readable columns (a block id outside the"
+        " cache counted, its slot -1)",
+        _SCALAR_COUNT,
+    ),
+    "readable-limit-scalar-count": (
+        "the second clamp and the length's reduction (readable-limit + scalar-count)",
+        _READABLE_LIMIT + _SCALAR_COUNT,
     ),
     "no-guard": (
         "every check (the bounds still passed)",
@@ -191,6 +210,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pristine-tree", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=1, help="ABBA rounds per pair")
+    parser.add_argument(
+        "--only",
+        type=lambda v: v.split(","),
+        default=list(VARIANTS),
+        help="variants, comma-separated",
+    )
     args = parser.parse_args()
 
     import torch
@@ -201,10 +226,10 @@ def main() -> int:
     source = Path(patched.__file__).read_text()
     with tempfile.TemporaryDirectory() as tmp:
         candidates = {"patched": patched} | {
-            name: load_variant(source, name, Path(tmp)) for name in VARIANTS
+            name: load_variant(source, name, Path(tmp)) for name in args.only
         }
-        for name, (drops, _) in VARIANTS.items():
-            print(f"{name}: without {drops}")
+        for name in args.only:
+            print(f"{name}: without {VARIANTS[name][0]}")
         print(f"{'case':<40} {'kernel':<18} {'pristine us':>12} {'it us':>8} {'diff':>7}")
         for decode, prefill, kind in ((8192, 0, "decode"), (4096, 4096, "mixed")):
             b = check.make_batch(65536, decode, prefill)
