@@ -234,9 +234,9 @@ def _v033_sweeps() -> list[Sweep]:
 _V033_INTENDED = (
     Intended(
         "BuildC128ATopkMetadataKernel.kernel",
-        frozenset({"block_table_rows", "block_table_width", "num_kv_blocks"}),
-        "0001 passes the block-table shape and KV block count for the _is_safe "
-        "guards (do_not_specialize)",
+        frozenset({"block_table_rows", "readable_width", "num_kv_blocks"}),
+        "0001 passes the block-table rows, the readable width and the KV block count "
+        "for the _is_safe guards (do_not_specialize)",
     ),
     Intended(
         "eagle_step_slot_mapping_metadata_kernel",

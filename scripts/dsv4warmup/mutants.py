@@ -183,6 +183,27 @@ def mutants() -> list[Mutant]:
             ("tests/cpu/test_v033_c128a_guard_interpret.py",),
         ),
         Mutant(
+            "v033-c128a-no-row-guard",
+            _patch(_P33, "0001"),
+            "+                _is_safe(req_idx, block_table_rows), num_readable, 0",
+            "+                True, num_readable, 0",
+            ("tests/cpu/test_v033_c128a_guard_interpret.py",),
+        ),
+        Mutant(
+            "v033-c128a-width-not-clamped",
+            _patch(_P33, "0001"),
+            "+            num_readable = tl.minimum((position + 1) // compress_ratio, readable_width)",
+            "+            num_readable = num_compressed",
+            ("tests/cpu/test_v033_c128a_guard_interpret.py",),
+        ),
+        Mutant(
+            "v033-c128a-width-in-blocks",
+            _patch(_P33, "0001"),
+            "+                block_table.shape[1] * block_size, max_compressed_tokens",
+            "+                block_table.shape[1] * block_size * 2, max_compressed_tokens",
+            ("tests/cpu/test_v033_c128a_guard_interpret.py",),
+        ),
+        Mutant(
             "v033-mhc-fused-walk-stops-at-4",
             _patch(_P33, "0008"),
             "+                    if value < _FUSED_POST_PRE_MAX_TOKENS",

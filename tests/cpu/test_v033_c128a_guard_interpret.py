@@ -350,7 +350,7 @@ else:
                 block_table_ptr=batch.block_table,
                 block_table_stride=batch.block_table.stride(0),
                 block_table_rows=batch.num_decodes + 100,  # wrong bound
-                block_table_width=batch.block_table.shape[1],
+                readable_width=min(batch.block_table.shape[1] * BLOCK, batch.width),
                 block_size=BLOCK,
                 num_kv_blocks=batch.num_kv_blocks,
                 slot_mapping_ptr=batch.slot_mapping,

@@ -30,7 +30,7 @@ COMBINE = "CombineTopkSwaIndicesKernel.kernel"
 RUNNERS = ("v2", "v1")
 # Specialization positions of the combine kernel's pointers.
 COMBINE_PTRS = {"topk_indices": 3, "query_start_loc": 5, "seq_lens": 6, "gather_lens": 7}
-# The patched C128A kernel's guard bounds: block_table_rows, block_table_width,
+# The patched C128A kernel's guard bounds: block_table_rows, readable_width,
 # num_kv_blocks (after block_table_stride and block_size).
 C128A_BOUNDS = (12, 13, 15)
 

@@ -4,20 +4,18 @@
         [--rounds 1]
 
 With the patched tree on ``PYTHONPATH``. Each variant is the patched
-``sparse_mla.py`` with one part of 0.33.0 patch 0001's guard taken out,
-written to a temporary file at run time and imported beside the pristine
-module; every variant and the patched kernel are timed against pristine on
-the batches of ``c128a_guard_check.py`` at C128A width 512 (max_model_len
-64K, where session 19 measured +2.8 % / +4.2 % under CUDA graphs), each pair
-in ABBA order, and their outputs on valid input compared with pristine's.
-The ``no-*`` variants are measurements, not proposals: each drops a check
-that keeps garbage from becoming an address (``no-other`` only the load's
-fill value; ``count-before-load`` counts an out-of-range block id in the
-length as a -1 slot). ``host-width``, ``readable-limit``, ``column-mask`` and
-``v026-keep-padding`` are candidate formulations with the same outputs for
-every input; ``v026-structure`` (the 0.26.0 series' guard, measured neutral
-there) also writes -1 slots for a padding token (slot mapping < 0), whose
-length is 0 either way.
+``sparse_mla.py`` with one part of 0.33.0 patch 0001's guard taken out or
+formulated another way, written to a temporary file at run time and imported
+beside the pristine module; every variant and the patched kernel are timed
+against pristine on the batches of ``c128a_guard_check.py`` at C128A width 512
+(max_model_len 64K, where the guard costs most), each pair in ABBA order, and
+their outputs on valid input compared with pristine's (``--only`` picks
+variants). The variants are measurements, not proposals: ``no-*`` each drop a
+check that keeps garbage from becoming an address (``no-other`` only the
+load's fill value); ``count-before-load`` and ``scalar-count`` count an
+out-of-range block id in the length as a -1 slot; ``two-clamps`` is the same
+contract as patched, clamping ``num_compressed`` a second time (0001 before
+session 20).
 """
 
 from __future__ import annotations
@@ -39,9 +37,8 @@ _ROW_GUARD = """            num_readable = tl.where(
                 _is_safe(req_idx, block_table_rows), num_readable, 0
             )
 """
-_WIDTH_CLAMP = """            num_readable = tl.minimum(num_compressed, block_table_width * block_size)
-"""
-_WIDTH_ARG = """            block_table_width=block_table.shape[1],
+_WIDTH_CLAMP = """\
+            num_readable = tl.minimum((position + 1) // compress_ratio, readable_width)
 """
 _NO_CLAMP = """            num_readable = num_compressed
 """
@@ -52,63 +49,14 @@ _COUNT = """                count += tl.sum(is_valid.to(tl.int32), axis=0)
 _COUNT_INIT = """            count = tl.zeros((), dtype=tl.int32)
 """
 # The length as the readable columns, no reduction: a block id outside the
-# cache still gives slot -1 but is counted (as -1 entries inside a C4A row's
-# length are: the sparse MLA kernels skip negative ids).
+# cache still gives slot -1 but is counted.
 _SCALAR_COUNT = [
     (_COUNT_INIT, "            count = tl.maximum(num_readable, 0).to(tl.int32)\n"),
     (_COUNT, ""),
 ]
-_READABLE_LIMIT = [
-    (
-        _WIDTH_CLAMP,
-        "            num_readable = tl.minimum(\n"
-        "                (position + 1) // compress_ratio, block_table_width\n"
-        "            )\n",
-    ),
-    (
-        _WIDTH_ARG,
-        "            block_table_width=min(\n"
-        "                block_table.shape[1] * block_size, max_compressed_tokens\n"
-        "            ),\n",
-    ),
-]
-
-_DECODE_BODY = (
-    "            # Stale or padded entries can hold any request id or position:\n",
-    "                tl.where(is_valid_token, count, 0),\n            )\n",
-)
-# The 0.26.0 series' guard (its 0001, "guard v3" in docs/gpu-results.md):
-# padding tokens and bad rows read nothing, chunks past the readable slots only
-# store -1, and each branch stores its own chunk.
-_V026_DECODE_BODY = """\
-            row_is_safe = is_valid_token & _is_safe(req_idx, block_table_rows)
-            num_readable = tl.minimum(num_compressed, block_table_width * block_size)
-            num_readable = tl.where(row_is_safe, num_readable, 0)
-            count = tl.zeros((), dtype=tl.int32)
-            for i in range(0, max_compressed_tokens, BLOCK_SIZE):
-                offset = i + tl.arange(0, BLOCK_SIZE)
-                mask = offset < max_compressed_tokens
-                out_ptrs = global_decode_ptr + token_idx * global_decode_stride + offset
-                if i < num_readable:
-                    block_indices = offset // block_size
-                    is_valid = offset < num_readable
-                    block_numbers = tl.load(
-                        block_table_ptr + req_idx * block_table_stride + block_indices,
-                        mask=mask & is_valid,
-                        other=-1,
-                    )
-                    is_valid = is_valid & _is_safe(block_numbers, num_kv_blocks)
-                    block_offsets = offset % block_size
-                    slot_ids = block_numbers * block_size + block_offsets
-                    tl.store(out_ptrs, tl.where(is_valid, slot_ids, -1), mask=mask)
-                    count += tl.sum(is_valid.to(tl.int32), axis=0)
-                else:
-                    tl.store(out_ptrs, tl.full((BLOCK_SIZE,), -1, tl.int32), mask=mask)
-            tl.store(decode_lens_ptr + token_idx, count)
-"""
 
 # name -> (what it drops, [(text in the patched file, replacement)])
-VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
+VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "no-other": (
         "the masked load's other=-1",
         [(_LOAD_OTHER, "                    mask=mask & is_valid,\n")],
@@ -123,58 +71,15 @@ VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
     "no-block-guard": ("the per-entry block-id check", [(_BLOCK_GUARD, "")]),
     "no-row-guard": ("the per-token request-row check", [(_ROW_GUARD, "")]),
     "no-width-clamp": ("the clamp to the table's width", [(_WIDTH_CLAMP, _NO_CLAMP)]),
-    "host-width": (
-        "the in-kernel width product (the launch passes the width in entries)",
-        [
-            (_WIDTH_CLAMP, _WIDTH_CLAMP.replace(" * block_size", "")),
-            (_WIDTH_ARG, _WIDTH_ARG.replace("shape[1],", "shape[1] * block_size,")),
-        ],
-    ),
-    # Candidates (same outputs for every input; measured, not shipped):
-    "readable-limit": (
-        "the second clamp: the launch passes min(width in entries, max_compressed_tokens)"
-        " and the decode branch clamps the raw count once",
-        _READABLE_LIMIT,
-    ),
-    "column-mask": (
-        "the scalar clamp: each entry's column is checked against the width instead",
-        [
-            (_WIDTH_CLAMP, _NO_CLAMP),
-            (
-                _IN_RANGE,
-                "                is_valid = (offset < num_readable) & (\n"
-                "                    offset // block_size < block_table_width\n"
-                "                )\n",
-            ),
-        ],
-    ),
-    "v026-structure": (
-        "0.33.0's loop shape: the 0.26.0 series' guard (branch per chunk, a store in each)",
-        [(_DECODE_BODY, _V026_DECODE_BODY)],
-    ),
-    "v026-keep-padding": (
-        "0.33.0's loop shape: the 0.26.0 series' branch per chunk, with 0.33.0's"
-        " contract (a padding token's slots computed, its length 0)",
-        [
-            (
-                _DECODE_BODY,
-                _V026_DECODE_BODY.replace(
-                    "row_is_safe = is_valid_token & _is_safe(", "row_is_safe = _is_safe("
-                ).replace(
-                    "tl.store(decode_lens_ptr + token_idx, count)",
-                    "tl.store(decode_lens_ptr + token_idx, tl.where(is_valid_token, count, 0))",
-                ),
-            )
-        ],
+    "two-clamps": (
+        "the single clamp: num_compressed (already at most max_compressed_tokens) is"
+        " clamped to the width again",
+        [(_WIDTH_CLAMP, "            num_readable = tl.minimum(num_compressed, readable_width)\n")],
     ),
     "scalar-count": (
         "the length's reduction: it is the readable columns (a block id outside the"
         " cache counted, its slot -1)",
         _SCALAR_COUNT,
-    ),
-    "readable-limit-scalar-count": (
-        "the second clamp and the length's reduction (readable-limit + scalar-count)",
-        _READABLE_LIMIT + _SCALAR_COUNT,
     ),
     "no-guard": (
         "every check (the bounds still passed)",
@@ -186,14 +91,6 @@ VARIANTS: dict[str, tuple[str, list[tuple[str | tuple[str, str], str]]]] = {
 def variant_source(source: str, name: str) -> str:
     """``source`` (the patched ``sparse_mla.py``) less variant ``name``'s part."""
     for old, new in VARIANTS[name][1]:
-        if isinstance(old, tuple):  # the span from the first line to the second
-            first, last = old
-            start = source.find(first)
-            end = source.find(last, start) + len(last)
-            if source.count(first) != 1 or end < start + len(first) + len(last):
-                raise SystemExit(f"error: variant {name}: {first.strip()!r} ... not in the kernel")
-            source = source[:start] + new + source[end:]
-            continue
         if source.count(old) != 1:
             raise SystemExit(f"error: variant {name}: {old.strip()!r} is not in the kernel once")
         source = source.replace(old, new)
