@@ -384,14 +384,24 @@ def measured(
     own_outputs: list[str] = []
     section_base = measured_on
 
-    def own() -> bool:  # the current section measured the PR's own base
-        return section_base == base and section_base != measured_on
+    def row_release(first_cell: str) -> str | None:  # "0.33.0 steady state: ..."
+        m = re.match(r"(?:vLLM )?(\d+\.\d+\.\d+)\b", first_cell)
+        return m.group(1) if m else None
+
+    def own(first_cell: str = "") -> bool:
+        """The current section, or a row whose first cell names its release
+        (in the status table), measured the PR's own base."""
+        on = row_release(first_cell) or section_base
+        return on == base and on != measured_on
+
+    own_picked: list[str] = []  # rows of the table being read that name their release
 
     def close() -> None:
-        into = own_rows if own() else rows
-        if picked:
-            into.extend([*([""] if into else []), *table, *picked])
+        for into, lines in ((own_rows if own() else rows, picked), (own_rows, own_picked)):
+            if lines:
+                into.extend([*([""] if into else []), *table, *lines])
         picked.clear()
+        own_picked.clear()
 
     for line in [*text.splitlines(), ""]:
         if not line.startswith("|"):
@@ -405,15 +415,17 @@ def measured(
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         first = cells[0] if cells else ""
+        if row_release(first) not in (None, base):
+            continue  # another release's row: neither this branch's nor the intro's
         if names_us(first) or any(k in line for k in kernels):
-            picked.append(line)
+            (own_picked if own(first) and not own() else picked).append(line)
             if re.search(
                 r"identical|unchanged|= ?reference|= torch|equal the (torch )?reference|match"
                 r"|exactly the [^|]*pristine",
                 line,
                 re.I,
             ):
-                (own_outputs if own() else outputs).append(line)
+                (own_outputs if own(first) else outputs).append(line)
     section_base = measured_on
     for line in text.splitlines():
         if re.match(r"^##\s", line):

@@ -846,6 +846,26 @@ def test_figures_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     assert old is not None and not old.own_rows  # 0.33.0 figures are not 0.26.0's
 
 
+def test_a_status_row_naming_its_release_is_that_releases(tmp_path: Path) -> None:
+    """In a table of the old series' section, a row whose first cell names a
+    release ("0.33.0 steady state") was measured on that release."""
+    results = tmp_path / "gpu-results.md"
+    results.write_text(
+        "# GPU results\n\nMeasured with a patched vLLM 0.26.0 tree.\n\n"
+        "## Status\n\n| check | status |\n|---|---|\n"
+        "| c128a guard overhead | old: -3 %, outputs identical |\n"
+        "| 0.33.0 steady state: the c128a guard | new: +2.1 %, outputs identical |\n"
+    )
+    m = pr_body.measured(results, "0.33.0", ["x"], ["0001"], "c128a", "", {"c128a"})
+    assert m is not None
+    assert [r for r in m.own_rows if "new:" in r] and not [r for r in m.rows if "new:" in r]
+    assert [r for r in m.rows if "old:" in r] and not [r for r in m.own_rows if "old:" in r]
+    assert any("new:" in r for r in m.own_outputs) and not any("new:" in r for r in m.outputs)
+    old = pr_body.measured(results, "0.26.0", ["x"], ["0001"], "c128a", "", {"c128a"})
+    assert old is not None and not old.own_outputs
+    assert not any("new:" in r for r in old.outputs + old.rows)  # another release's
+
+
 def test_sections_say_which_base_they_were_measured_on(tmp_path: Path) -> None:
     """A section picked by its heading is this branch's when the heading
     names the PR's release, the old series' otherwise."""
