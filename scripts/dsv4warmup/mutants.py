@@ -204,6 +204,20 @@ def mutants() -> list[Mutant]:
             ("tests/cpu/test_v033_c128a_guard_interpret.py",),
         ),
         Mutant(
+            "v033-c128a-length-ignores-the-row-guard",
+            _patch(_P33, "0001"),
+            "+            count = tl.maximum(num_readable, 0).to(tl.int32)",
+            "+            count = tl.maximum(num_compressed, 0).to(tl.int32)",
+            ("tests/cpu/test_v033_c128a_guard_interpret.py",),
+        ),
+        Mutant(
+            "v033-c128a-negative-length",
+            _patch(_P33, "0001"),
+            "+            count = tl.maximum(num_readable, 0).to(tl.int32)",
+            "+            count = num_readable.to(tl.int32)",
+            ("tests/cpu/test_v033_c128a_guard_interpret.py",),
+        ),
+        Mutant(
             "v033-mhc-fused-walk-stops-at-4",
             _patch(_P33, "0008"),
             "+                    if value < _FUSED_POST_PRE_MAX_TOKENS",

@@ -133,3 +133,29 @@ def test_launch_outputs_are_copies_taken_after_the_launch() -> None:
     second = check.launch_outputs(module, batch, True)  # type: ignore[arg-type]
     assert [t.tolist() for t in first] == [[1.0] * 4] * 3
     assert [t.tolist() for t in second] == [[2.0] * 4] * 3
+
+
+def test_lengths_consistent_follows_each_series_contract() -> None:
+    """0.33.0: the length is the readable columns, a -1 slot may lie inside it
+    but no slot past it; 0.25.1 / 0.26.0: the length counts exactly the slots.
+    Padding tokens (slot mapping < 0) are not checked."""
+    import torch
+
+    v033, v026 = SimpleNamespace(BuildC128ATopkMetadataKernel=object), SimpleNamespace()
+    rows = torch.tensor([[-1, -1, 8, 9], [4, 5, -1, -1], [6, 7, -1, -1]], dtype=torch.int32)
+
+    def batch(lens: list[int], slot_mapping: list[int]) -> dict[str, Any]:
+        return {
+            "num_decode_tokens": 3,
+            "global_decode": rows,
+            "decode_lens": torch.tensor(lens, dtype=torch.int32),
+            "slot_mapping": torch.tensor(slot_mapping),
+        }
+
+    assert check.lengths_consistent(v033, batch([4, 2, 2], [1, 1, 1]))
+    assert not check.lengths_consistent(v033, batch([2, 2, 2], [1, 1, 1]))  # 8, 9 past it
+    assert not check.lengths_consistent(v033, batch([4, 1, 2], [1, 1, 1]))
+    assert check.lengths_consistent(v033, batch([4, 2, 0], [1, 1, -1]))  # padding: length 0
+    assert check.lengths_consistent(v026, batch([2, 2, 2], [1, 1, 1]))
+    assert not check.lengths_consistent(v026, batch([4, 2, 2], [1, 1, 1]))
+    assert check.lengths_consistent(v026, batch([2, 2, 0], [1, 1, -1]))

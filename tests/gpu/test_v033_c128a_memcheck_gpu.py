@@ -1,7 +1,8 @@
 """compute-sanitizer memcheck over a garbage batch through vLLM 0.33.0's C128A
 top-k metadata kernel (scripts/dsv4warmup/gpu/v033_c128a_garbage.py).
 
-* patched (the imported tree): no memcheck error, garbage rows -1 / 0;
+* patched (the imported tree): no memcheck error, garbage ids slot -1,
+  garbage rows length 0;
 * positive controls: a kernel reading past its tensor, and, when
   ``DSV4_V033_PRISTINE_TREE`` names the unpatched tree, the unpatched kernel
   on the same batch, both reported.
@@ -51,7 +52,7 @@ def test_patched_garbage_batch_is_clean() -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert "ERROR SUMMARY: 0 errors" in out, out[-6000:]
-    assert "patched: garbage rows give slot -1 / length 0" in out
+    assert "patched: garbage ids give slot -1, garbage rows length 0" in out
 
 
 def test_sanitizer_reports_an_out_of_bounds_read() -> None:

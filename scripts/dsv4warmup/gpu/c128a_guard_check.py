@@ -143,6 +143,22 @@ def garbage_batch() -> dict[str, Any]:
     return b
 
 
+def lengths_consistent(module: ModuleType, b: dict[str, Any]) -> bool:
+    """The patched kernel's lengths against its slots, for each real decode
+    token (a padding token's length is 0 whatever its slots)."""
+    import torch
+
+    nd = b["num_decode_tokens"]
+    rows, lens = b["global_decode"][:nd], b["decode_lens"][:nd]
+    real = b["slot_mapping"][:nd] >= 0
+    if hasattr(module, "BuildC128ATopkMetadataKernel"):
+        # 0.33.0: the length is the readable columns; every slot lies inside it
+        past = torch.arange(rows.shape[1], device=rows.device)[None] >= lens[:, None]
+        return bool((rows[past & real[:, None]] == -1).all())
+    # 0.25.1 / 0.26.0: the length counts exactly the slots
+    return torch.equal(lens[real], (rows[real] != -1).sum(1).int())
+
+
 def run_garbage(module: ModuleType, patched: bool) -> int:
     import torch
 
@@ -158,8 +174,7 @@ def run_garbage(module: ModuleType, patched: bool) -> int:
         ok = bool((b["global_decode"][bad] == -1).all()) and bool(
             (b["decode_lens"][bad] == 0).all()
         )
-        rows = b["global_decode"][: b["num_decode_tokens"]]
-        lens_ok = torch.equal(b["decode_lens"][: b["num_decode_tokens"]], (rows != -1).sum(1).int())
+        lens_ok = lengths_consistent(module, b)
         print(f"patched: garbage rows all -1 / length 0: {ok}; lengths consistent: {lens_ok}")
         return 0 if ok and lens_ok else 1
     print("unpatched: launch returned (errors, if any, are in the sanitizer report)")

@@ -10,12 +10,12 @@ beside the pristine module; every variant and the patched kernel are timed
 against pristine on the batches of ``c128a_guard_check.py`` at C128A width 512
 (max_model_len 64K, where the guard costs most), each pair in ABBA order, and
 their outputs on valid input compared with pristine's (``--only`` picks
-variants). The variants are measurements, not proposals: ``no-*`` each drop a
-check that keeps garbage from becoming an address (``no-other`` only the
-load's fill value); ``count-before-load`` and ``scalar-count`` count an
-out-of-range block id in the length as a -1 slot; ``two-clamps`` is the same
-contract as patched, clamping ``num_compressed`` a second time (0001 before
-session 20).
+variants). The variants are measurements, not proposals: ``no-*`` each drop a check
+that keeps garbage from becoming an address (``no-other`` only the load's
+fill value); ``two-clamps`` clamps ``num_compressed`` a second time and
+``in-range-count`` counts only in-range block ids with a block-wide sum after
+the load (both the same outputs on valid input; 0001 as of session 19 had
+both).
 """
 
 from __future__ import annotations
@@ -42,31 +42,26 @@ _WIDTH_CLAMP = """\
 """
 _NO_CLAMP = """            num_readable = num_compressed
 """
-_IN_RANGE = """                is_valid = offset < num_readable
-"""
 _COUNT = """                count += tl.sum(is_valid.to(tl.int32), axis=0)
 """
-_COUNT_INIT = """            count = tl.zeros((), dtype=tl.int32)
+_SCALAR_COUNT = """\
+            # The length is the readable columns (a block id outside the KV
+            # cache is a -1 slot inside it): no block-wide sum that would
+            # wait on the table load.
+            count = tl.maximum(num_readable, 0).to(tl.int32)
 """
-# The length as the readable columns, no reduction: a block id outside the
-# cache still gives slot -1 but is counted.
-_SCALAR_COUNT = [
-    (_COUNT_INIT, "            count = tl.maximum(num_readable, 0).to(tl.int32)\n"),
-    (_COUNT, ""),
-]
+_STORE = """                tl.store(
+                    global_decode_ptr + token_idx * global_decode_stride + offset,
+                    slot_ids,
+                    mask=mask,
+                )
+"""
 
 # name -> (what it drops, [(text in the patched file, replacement)])
 VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "no-other": (
         "the masked load's other=-1",
         [(_LOAD_OTHER, "                    mask=mask & is_valid,\n")],
-    ),
-    "count-before-load": (
-        "the length's wait on the loaded block ids",
-        [
-            (_IN_RANGE, _IN_RANGE + "                in_range = is_valid\n"),
-            (_COUNT, _COUNT.replace("is_valid.to", "in_range.to")),
-        ],
     ),
     "no-block-guard": ("the per-entry block-id check", [(_BLOCK_GUARD, "")]),
     "no-row-guard": ("the per-token request-row check", [(_ROW_GUARD, "")]),
@@ -76,10 +71,13 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         " clamped to the width again",
         [(_WIDTH_CLAMP, "            num_readable = tl.minimum(num_compressed, readable_width)\n")],
     ),
-    "scalar-count": (
-        "the length's reduction: it is the readable columns (a block id outside the"
-        " cache counted, its slot -1)",
-        _SCALAR_COUNT,
+    "in-range-count": (
+        "the length as the readable columns: it counts only in-range block ids, a"
+        " block-wide sum after the load",
+        [
+            (_SCALAR_COUNT, "            count = tl.zeros((), dtype=tl.int32)\n"),
+            (_STORE, _STORE + _COUNT),
+        ],
     ),
     "no-guard": (
         "every check (the bounds still passed)",

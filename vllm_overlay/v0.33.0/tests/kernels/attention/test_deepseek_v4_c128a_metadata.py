@@ -122,7 +122,9 @@ def test_c128a_metadata_valid_input_matches_reference(seed: int, not_sm120):
 @pytest.mark.skipif(not current_platform.is_cuda_alike(), reason="needs a GPU")
 def test_c128a_metadata_garbage_ids_give_no_slots(not_sm120):
     """Out-of-range request ids, block-table columns and block ids must not be
-    dereferenced: their slots are -1 and they are not counted."""
+    dereferenced: their slots are -1. A request id out of range has length 0,
+    columns past the table are not counted, and a block id out of range is a
+    -1 slot inside the length."""
     device = torch.device(current_platform.device_type)
     num_kv_blocks = 8
     # Two rows of two columns: positions past 4 * 128 tokens read past a row.
@@ -143,8 +145,9 @@ def test_c128a_metadata_garbage_ids_give_no_slots(not_sm120):
     # Row 0 is valid: blocks 1 and 2.
     assert global_decode[0, :5].tolist() == [2, 3, 4, 5, -1]
     assert decode_lens[0] == 4
-    # Row 1 holds block ids outside [0, num_kv_blocks).
-    assert torch.all(global_decode[1] == -1) and decode_lens[1] == 0
+    # Row 1 holds block ids outside [0, num_kv_blocks): its 4 readable
+    # columns are -1 slots.
+    assert torch.all(global_decode[1] == -1) and decode_lens[1] == 4
     # Request ids outside the table's rows.
     assert torch.all(global_decode[2:6] == -1)
     assert decode_lens[2:6].tolist() == [0, 0, 0, 0]
