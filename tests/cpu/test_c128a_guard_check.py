@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -159,3 +160,53 @@ def test_lengths_consistent_follows_each_series_contract() -> None:
     assert check.lengths_consistent(v026, batch([2, 2, 2], [1, 1, 1]))
     assert not check.lengths_consistent(v026, batch([4, 2, 2], [1, 1, 1]))
     assert check.lengths_consistent(v026, batch([2, 2, 0], [1, 1, -1]))
+
+
+def test_patched_v033_kernel_has_no_block_wide_sum(tmp_path: Path) -> None:
+    """0.33.0's 0001 computes the length without ``tl.sum``: its sm90 SASS has
+    none of the barriers, shared-memory accesses and shuffles of a block-wide
+    reduction, which pristine's has, and so does the patched kernel with the
+    sum put back (``in-range-count``: the control that the count sees one)."""
+    import subprocess
+    import sys
+
+    from dsv4warmup import toolchains
+    from dsv4warmup.paths import REPO
+
+    patched = trees.patched_tree("0.33.0")
+    with_sum = tmp_path / "in-range-count"
+    (with_sum / MODULE).parent.mkdir(parents=True)
+    (with_sum / MODULE).write_text(
+        variants.variant_source((patched / MODULE).read_text(), "in-range-count")
+    )
+    extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsv4warmup.v033.c128a_sass",
+            *("--tree", f"pristine={trees.pristine_tree('0.33.0')}"),
+            *("--tree", f"patched={patched}"),
+            *("--tree", f"in-range-count={with_sum}"),
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([*extra, str(patched), str(REPO / "scripts")]),
+            "TRITON_CACHE_DIR": str(tmp_path / "triton-cache"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    rows = {
+        line.split(" ", 1)[0]: ast.literal_eval(line.split(" ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if line.split(" ", 1)[0] in ("pristine", "patched", "in-range-count")
+    }
+    reduction = ("BAR", "STS", "LDS", "SHFL")
+    assert all(rows["pristine"][k] > 0 for k in reduction), rows
+    assert all(rows["in-range-count"][k] > 0 for k in reduction), rows
+    assert all(rows["patched"][k] == 0 for k in reduction), rows
+    assert rows["patched"]["LDG"] == rows["pristine"]["LDG"] > 0
+    assert rows["patched"]["STG"] == rows["pristine"]["STG"] > 0
