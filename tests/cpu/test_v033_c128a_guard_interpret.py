@@ -327,13 +327,10 @@ else:
     def test_gpu_garbage_script_checks_hold(monkeypatch: pytest.MonkeyPatch) -> None:
         """The checks of ``v033_c128a_garbage.py patched`` (the GPU memcheck
         test's batch) hold here, with no access outside the kernel's tensors."""
-        import importlib.util
+        from dsv4warmup.gpu.c128a_guard_check import load_module
 
         path = REPO / "scripts" / "dsv4warmup" / "gpu" / "v033_c128a_garbage.py"
-        spec = importlib.util.spec_from_file_location("v033_c128a_garbage", path)
-        assert spec is not None and spec.loader is not None
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
+        script = load_module(path, "v033_c128a_garbage")
         monkeypatch.setattr(script, "DEVICE", "cpu")
         monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
         with MemoryChecker() as checker:

@@ -14,7 +14,6 @@ the GPU measured the effect, this shows where it comes from.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import subprocess
@@ -46,12 +45,9 @@ def sass_of(tree: Path) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    name = f"c128a_sass_{abs(hash(str(tree)))}"
-    spec = importlib.util.spec_from_file_location(name, tree / KERNEL)
-    assert spec is not None and spec.loader is not None, tree
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    from dsv4warmup.gpu.c128a_guard_check import load_module
+
+    module = load_module(tree / KERNEL, f"c128a_sass_{abs(hash(str(tree)))}")
     fn = module.BuildC128ATopkMetadataKernel.kernel
     params = [p.name for p in fn.params]
     signature = {
