@@ -50,7 +50,7 @@ phase_gpu_each() {  # each file of GPU_TESTS in its own pytest, capped by PHASE_
   # hung or slow file cannot take the others' time)
   ( lab patched; cd "$REPO" && for f in ${GPU_TESTS:-tests/gpu/test_v033_*_gpu.py}; do
       echo "### $f (patched tree, forked)"
-      timeout -k 5 ${PHASE_TIMEOUT:-300} python3 -m pytest -m gpu -p no:cacheprovider -q -rfEs "$f" 2>&1
+      timeout -k 5 ${PHASE_TIMEOUT:-300} python3 -m pytest -m gpu -p no:cacheprovider -q -rfEs --durations=6 "$f" 2>&1
       echo "### $f: exit $?"
     done )
 }

@@ -126,10 +126,13 @@ def c128a_reference(positions, d, req_ids, table, block_size, num_kv_blocks, slo
     col = j // block_size
     valid = (j[None] < n[:d, None]) & ((req >= 0) & (req < rows))[:, None]
     valid &= (col < table_width)[None]
+    # 0001's contract: the length counts the readable columns; a column whose
+    # block id is out of range is a -1 slot inside that length.
+    readable = valid.clone()
     blocks = table[req.clamp(0, rows - 1)][:, col.clamp(max=table_width - 1)].long()
     valid &= (blocks >= 0) & (blocks < num_kv_blocks)
     decode = torch.where(valid, blocks * block_size + (j % block_size)[None], -1).int()
-    lens = torch.where(slot_mapping[:d] >= 0, valid.sum(1), 0).int()
+    lens = torch.where(slot_mapping[:d] >= 0, readable.sum(1), 0).int()
     prefill = torch.where(j[None] < n[d:, None], j[None], -1).int()
     return decode, lens, prefill
 
