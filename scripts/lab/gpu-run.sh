@@ -5,7 +5,8 @@
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), tilelang_compile (lscpu +
 # scripts/bench_tilelang_compile.py), gpu (our forked GPU
-# tests), sanitizer (c128a memcheck), guard_variants (where the c128a guard's cost goes), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
+# tests), sanitizer (c128a memcheck), guard_variants (where the c128a guard's cost goes), eagle_step
+# (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
 # scripts/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench_symbolic_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid),
@@ -70,6 +71,13 @@ phase_guard_variants() {  # where the C128A guard's cost goes: the patched kerne
   ( lab patched; cd "$REPO" && PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" \
       timeout ${PHASE_TIMEOUT:-300} python3 scripts/dsv4warmup/gpu/c128a_guard_variants.py \
       --pristine-tree /tmp/lab-pristine/tree ${VARIANT_ARGS:-} 2>&1 )
+}
+
+phase_eagle_step() {  # 0.33.0 patch 0004's cost: the EAGLE step kernel without its scalar
+  # specializations against pristine's, CUDA graph, ABBA (TREES="pristine patched"); EAGLE_ARGS
+  # e.g. "--rounds 5"
+  ( lab patched; cd "$REPO" && timeout ${PHASE_TIMEOUT:-300} python3 \
+      scripts/bench_eagle_step_specialization.py --pristine-tree /tmp/lab-pristine/tree ${EAGLE_ARGS:-} 2>&1 )
 }
 
 # Host backtraces off: with compute-sanitizer's default --show-backtrace yes (2025.3.1) every

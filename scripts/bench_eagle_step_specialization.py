@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""What 0.33.0 patch 0004 costs: the EAGLE step kernel without its scalar specializations (GPU).
+
+    PYTHONPATH=<patched 0.33.0 tree>:scripts python scripts/bench_eagle_step_specialization.py \\
+        --pristine-tree <pristine 0.33.0 tree> [--rounds 3]
+
+Patch 0004 turns ``eagle_step_slot_mapping_metadata_kernel``'s ``block_size``,
+``max_model_len`` and ``n_blocks_per_req`` from constexprs into runtime scalars
+and stops specializing on ``block_table_stride`` and ``batch_size``, so one
+variant serves every KV layout. Its commit message asks for the cost against
+the specialized variants to be measured before it lands; this is that
+measurement.
+
+Both kernels run through the tree's own launcher,
+``eagle_step_update_slot_mapping_and_metadata`` (the call the proposer makes
+once per draft step): the patched one is the ``vllm`` Python imports, the
+pristine one is ``vllm/v1/spec_decode/utils.py`` of ``--pristine-tree`` loaded
+by file path. Block tables have the width the runner gives them
+(``get_block_table_width``); positions are random, a few at the last position
+so the clamp path runs. Each case is timed with ``do_bench_cudagraph`` (the
+proposer's steps are captured in CUDA graphs; launch overhead would hide a
+~2 us kernel), pristine and patched in ABBA order ``--rounds`` times, and
+outputs are compared on the same inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SCRIPTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(SCRIPTS))
+from dsv4warmup.gpu.c128a_guard_check import load_module  # noqa: E402
+
+# KV block sizes: the MTP drafter's group in DeepSeek V4 (64), the target's
+# (256) and a common EAGLE one (16).
+BLOCK_SIZES = (16, 64, 256)
+MAX_MODEL_LENS = (65536, 1048576)
+# (requests, launched programs): the graph pads the batch to a capture size.
+BATCHES = ((1, 1), (13, 16), (100, 128), (256, 256), (1000, 1024))
+NUM_KV_BLOCKS = 100_000
+
+
+def load_pristine(tree: Path) -> ModuleType:
+    return load_module(tree / "vllm" / "v1" / "spec_decode" / "utils.py", "pristine_spec_utils")
+
+
+def load_patched() -> ModuleType:
+    from vllm.v1.spec_decode import utils
+
+    assert not is_constexpr(utils.eagle_step_slot_mapping_metadata_kernel, "block_size"), (
+        f"{utils.__file__} is not patched"
+    )
+    return utils
+
+
+def is_constexpr(kernel: Any, name: str) -> bool:
+    """Whether ``kernel``'s argument ``name`` is annotated ``tl.constexpr``
+    (a JITFunction, or the interpreter's wrapper of one)."""
+    import inspect
+
+    fn = getattr(kernel, "fn", kernel)
+    while hasattr(fn, "fn"):
+        fn = fn.fn
+    annotation = inspect.signature(fn).parameters[name].annotation
+    return "constexpr" in str(annotation)
+
+
+def make_inputs(
+    block_size: int, max_model_len: int, requests: int, seed: int, device: str = "cuda"
+) -> dict[str, Any]:
+    import torch
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.worker.block_table import get_block_table_width
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    width = get_block_table_width(cdiv(max_model_len, block_size), block_size)
+    positions = torch.randint(0, max_model_len, (requests,), device=device, generator=g)
+    positions[3::7] = max_model_len - 1  # the clamp path (a batch of one takes the other)
+    return dict(
+        positions=positions.long(),
+        block_table=torch.randint(
+            0, NUM_KV_BLOCKS, (requests, width), device=device, generator=g
+        ).int(),
+        seq_lens=(positions + 1).int(),
+        block_size=block_size,
+        max_model_len=max_model_len,
+    )
+
+
+def launcher(module: ModuleType, inputs: dict[str, Any], input_batch_size: int) -> Any:
+    """The proposer's call on fresh output buffers (seq_lens is updated in
+    place, so each launcher has its own copy)."""
+    import torch
+
+    requests, device = inputs["positions"].shape[0], inputs["positions"].device
+    seq_lens = inputs["seq_lens"].clone()
+    out_positions = torch.empty(requests, dtype=torch.int64, device=device)
+    out_slots = torch.empty(input_batch_size, dtype=torch.int64, device=device)
+
+    def launch() -> None:
+        module.eagle_step_update_slot_mapping_and_metadata(
+            positions_1d=inputs["positions"],
+            block_table_tensor=inputs["block_table"],
+            seq_lens=seq_lens,
+            block_size=inputs["block_size"],
+            max_model_len=inputs["max_model_len"],
+            out_clamped_positions=out_positions,
+            out_slot_mapping=out_slots,
+            input_batch_size=input_batch_size,
+        )
+
+    launch.outputs = (seq_lens, out_positions, out_slots)  # type: ignore[attr-defined]
+    return launch
+
+
+def time_abba(pristine: Any, patched: Any, rounds: int) -> tuple[list[float], list[float]]:
+    """µs per launch of each, timed in ABBA order ``rounds`` times."""
+    import torch
+    import triton
+
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for which in (0, 1, 1, 0):
+            fn = (pristine, patched)[which]
+            fn()
+            torch.cuda.synchronize()
+            samples[which].append(1000 * triton.testing.do_bench_cudagraph(fn))
+    return samples
+
+
+def same_outputs(
+    pristine: ModuleType, patched: ModuleType, inputs: dict[str, Any], padded: int
+) -> bool:
+    import torch
+
+    runs = []
+    for module in (pristine, patched):
+        launch = launcher(module, inputs, padded)
+        launch()
+        runs.append(launch.outputs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pristine-tree", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+
+    pristine, patched = load_pristine(args.pristine_tree), load_patched()
+    print(torch.cuda.get_device_name(), f"rounds {args.rounds}, CUDA graph, µs per launch (median)")
+    header = f"{'block':>5} {'max_model_len':>13} {'reqs/padded':>11} {'pristine':>9} {'patched':>8} {'diff':>7} {'noise':>6} {'same':>5}"
+    print(header)
+    ratios, noises, all_same = [], [], True
+    for block_size in BLOCK_SIZES:
+        for max_model_len in MAX_MODEL_LENS:
+            for requests, padded in BATCHES:
+                inputs = make_inputs(block_size, max_model_len, requests, seed=requests)
+                a, b = time_abba(
+                    launcher(pristine, inputs, padded),
+                    launcher(patched, inputs, padded),
+                    args.rounds,
+                )
+                ta, tb = statistics.median(a), statistics.median(b)
+                # noise: the larger relative spread of one kernel's own samples
+                noise = max((max(s) - min(s)) / statistics.median(s) for s in (a, b))
+                same = same_outputs(pristine, patched, inputs, padded)
+                all_same &= same
+                ratios.append(tb / ta)
+                noises.append(noise)
+                print(
+                    f"{block_size:>5} {max_model_len:>13} {f'{requests}/{padded}':>11} "
+                    f"{ta:>9.3f} {tb:>8.3f} {100 * (tb / ta - 1):>6.1f}% {100 * noise:>5.1f}% {str(same):>5}"
+                )
+    geo = math.exp(statistics.mean(math.log(r) for r in ratios))
+    worst = max(ratios, key=lambda r: abs(r - 1))
+    print(
+        f"patched / pristine: geometric mean {geo:.4f}, worst case {100 * (worst - 1):+.1f} %, "
+        f"median noise {100 * statistics.median(noises):.1f} %; outputs identical in every case: {all_same}"
+    )
+    return 0 if all_same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

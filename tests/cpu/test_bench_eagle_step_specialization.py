@@ -1,0 +1,114 @@
+"""scripts/bench_eagle_step_specialization.py's harness on CPU, under the
+Triton interpreter (pristine and patched 0.33.0 trees, Triton 3.8.0).
+
+The benchmark's timings need a GPU; what it compares does not. Here its
+launcher drives both trees' ``eagle_step_update_slot_mapping_and_metadata``
+on the benchmark's own inputs: the outputs must agree (0004 changes no
+result), the comparison must catch a launcher that writes something else,
+and the patched-tree check must tell the two kernels apart.
+
+The pytest process imports a 0.26.0 tree (tests/conftest.py), so this module
+re-runs itself in a subprocess that imports the patched 0.33.0 tree.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("DSV4_V033_INTERPRET")
+REPO = Path(__file__).resolve().parents[2]
+
+
+if not INTERPRETED:
+
+    def test_under_triton_interpreter() -> None:
+        from dsv4warmup import toolchains, trees
+        from dsv4warmup.paths import PATCHES
+
+        if not (PATCHES / "v0.33.0" / "series").exists():
+            pytest.skip("patches/v0.33.0 has no series yet")
+        patched = trees.patched_tree("0.33.0")
+        extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
+        env = {
+            **os.environ,
+            "TRITON_INTERPRET": "1",
+            "DSV4_V033_INTERPRET": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+            "DSV4_VLLM_TREE": str(patched),
+            "DSV4_V033_PRISTINE_TREE": str(trees.pristine_tree("0.33.0")),
+            "PYTHONPATH": os.pathsep.join([*extra, str(patched), str(REPO / "scripts")]),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+            cwd=REPO / "tests",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+        assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+else:
+    import importlib.util
+    from types import ModuleType, SimpleNamespace
+
+    from dsv4warmup.v033 import platform
+
+    platform.install(platform.H200)  # before vLLM is imported
+
+    def _bench() -> ModuleType:
+        path = REPO / "scripts" / "bench_eagle_step_specialization.py"
+        spec = importlib.util.spec_from_file_location("bench_eagle_step", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    bench = _bench()
+    PRISTINE = bench.load_pristine(Path(os.environ["DSV4_V033_PRISTINE_TREE"]))
+    PATCHED = bench.load_patched()
+
+    def test_the_patched_check_tells_the_trees_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+        import vllm.v1.spec_decode as package
+
+        assert bench.is_constexpr(PRISTINE.eagle_step_slot_mapping_metadata_kernel, "block_size")
+        assert not bench.is_constexpr(PATCHED.eagle_step_slot_mapping_metadata_kernel, "block_size")
+        monkeypatch.setattr(package, "utils", PRISTINE)
+        with pytest.raises(AssertionError, match="not patched"):
+            bench.load_patched()
+
+    @pytest.mark.parametrize(
+        "block_size,max_model_len,requests,padded",
+        [(64, 4096, 5, 8), (16, 65536, 1, 1), (256, 100000, 13, 16), (64, 2048, 9, 9)],
+    )
+    def test_both_trees_agree_on_the_benchmark_inputs(
+        block_size: int, max_model_len: int, requests: int, padded: int
+    ) -> None:
+        import torch
+
+        inputs = bench.make_inputs(block_size, max_model_len, requests, seed=requests, device="cpu")
+        assert bench.same_outputs(PRISTINE, PATCHED, inputs, padded)
+        launch = bench.launcher(PATCHED, inputs, padded)
+        launch()
+        seq_lens, positions, slots = launch.outputs
+        # the launcher really ran: padding programs write -1, real ones a slot
+        assert (slots[requests:] == -1).all()
+        clamped = inputs["positions"] + 1 >= max_model_len
+        assert (slots[:requests][~clamped] >= 0).all() and (slots[:requests][clamped] == -1).all()
+        assert torch.equal(seq_lens, torch.where(clamped, 1, inputs["seq_lens"] + 1).int())
+        assert torch.equal(positions, torch.where(clamped, 0, inputs["positions"] + 1))
+
+    def test_the_comparison_catches_different_outputs() -> None:
+        def writes_zeros(**kwargs: object) -> None:
+            PATCHED.eagle_step_update_slot_mapping_and_metadata(**kwargs)
+            kwargs["out_slot_mapping"].zero_()  # type: ignore[attr-defined]
+
+        wrong = SimpleNamespace(eagle_step_update_slot_mapping_and_metadata=writes_zeros)
+        inputs = bench.make_inputs(64, 4096, 5, seed=5, device="cpu")
+        assert not bench.same_outputs(PRISTINE, wrong, inputs, 8)
