@@ -4,12 +4,12 @@
     PYTHONPATH=<patched 0.33.0 tree>:scripts python scripts/bench_eagle_step_specialization.py \\
         --pristine-tree <pristine 0.33.0 tree> [--rounds 3]
 
-Patch 0004 turns ``eagle_step_slot_mapping_metadata_kernel``'s ``block_size``,
+Patch 0004 turns ``eagle_step_slot_mapping_metadata_kernel``'s
 ``max_model_len`` and ``n_blocks_per_req`` from constexprs into runtime scalars
 and stops specializing on ``block_table_stride`` and ``batch_size``, so one
-variant serves every KV layout. Its commit message asks for the cost against
-the specialized variants to be measured before it lands; this is that
-measurement.
+variant per block size serves every KV layout. This measures what that costs
+against the specialized variants, and (``--variants``) what the edits that
+would also make ``block_size`` a runtime scalar cost.
 
 Both kernels run through the tree's own launcher,
 ``eagle_step_update_slot_mapping_and_metadata`` (the call the proposer makes
@@ -29,6 +29,7 @@ import argparse
 import math
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +46,37 @@ MAX_MODEL_LENS = (65536, 1048576)
 BATCHES = ((1, 1), (13, 16), (100, 128), (256, 256), (1000, 1024))
 NUM_KV_BLOCKS = 100_000
 
+# Where the cost goes: the patched kernel with one change each (edits of the
+# patched utils.py; --variants picks them).
+_RUNTIME_BLOCK_SIZE = [
+    ('        "block_table_stride",\n', '        "block_table_stride",\n        "block_size",\n'),
+    (
+        "    block_size: tl.constexpr,\n    max_model_len,\n",
+        "    block_size,\n    max_model_len,\n",
+    ),
+]
+VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "block-size-runtime": (
+        "block_size a runtime scalar too (do_not_specialize): one variant for every layout",
+        _RUNTIME_BLOCK_SIZE,
+    ),
+    "int32-division": (
+        "block_size a runtime scalar, the division and modulo in int32 (positions < 2**31)",
+        [
+            *_RUNTIME_BLOCK_SIZE,
+            (
+                "    block_number = clamped_position // block_size\n",
+                "    position_i32 = clamped_position.to(tl.int32)\n"
+                "    block_number = position_i32 // block_size\n",
+            ),
+            (
+                "    slot_id = block_id * block_size + (clamped_position % block_size)\n",
+                "    slot_id = block_id * block_size + (position_i32 % block_size).to(tl.int64)\n",
+            ),
+        ],
+    ),
+}
+
 
 def load_pristine(tree: Path) -> ModuleType:
     return load_module(tree / "vllm" / "v1" / "spec_decode" / "utils.py", "pristine_spec_utils")
@@ -53,7 +85,7 @@ def load_pristine(tree: Path) -> ModuleType:
 def load_patched() -> ModuleType:
     from vllm.v1.spec_decode import utils
 
-    assert not is_constexpr(utils.eagle_step_slot_mapping_metadata_kernel, "block_size"), (
+    assert not is_constexpr(utils.eagle_step_slot_mapping_metadata_kernel, "max_model_len"), (
         f"{utils.__file__} is not patched"
     )
     return utils
@@ -69,6 +101,21 @@ def is_constexpr(kernel: Any, name: str) -> bool:
         fn = fn.fn
     annotation = inspect.signature(fn).parameters[name].annotation
     return "constexpr" in str(annotation)
+
+
+def variant_source(source: str, name: str) -> str:
+    """``source`` (the patched ``utils.py``) with variant ``name``'s edits."""
+    for old, new in VARIANTS[name][1]:
+        if source.count(old) != 1:
+            raise SystemExit(f"error: variant {name}: {old.strip()!r} is not in the kernel once")
+        source = source.replace(old, new)
+    return source
+
+
+def load_variant(patched: ModuleType, name: str, folder: Path) -> ModuleType:
+    path = folder / f"spec_utils_{name.replace('-', '_')}.py"
+    path.write_text(variant_source(Path(patched.__file__).read_text(), name))
+    return load_module(path, path.stem)
 
 
 def make_inputs(
@@ -153,41 +200,68 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pristine-tree", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--variants",
+        type=lambda v: [n for n in v.split(",") if n],
+        default=[],
+        help=f"also time these edits of the patched kernel: {', '.join(VARIANTS)}",
+    )
+    parser.add_argument(
+        "--block-sizes", type=lambda v: [int(n) for n in v.split(",")], default=BLOCK_SIZES
+    )
+    parser.add_argument(
+        "--max-model-lens", type=lambda v: [int(n) for n in v.split(",")], default=MAX_MODEL_LENS
+    )
     args = parser.parse_args()
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
 
     import torch
 
     pristine, patched = load_pristine(args.pristine_tree), load_patched()
+    folder = Path(tempfile.mkdtemp(prefix="eagle-step-variants-"))
+    kernels = [("patched", patched)]
+    for name in args.variants:
+        print(f"{name}: {VARIANTS[name][0]}")
+        kernels.append((name, load_variant(patched, name, folder)))
     print(torch.cuda.get_device_name(), f"rounds {args.rounds}, CUDA graph, µs per launch (median)")
-    header = f"{'block':>5} {'max_model_len':>13} {'reqs/padded':>11} {'pristine':>9} {'patched':>8} {'diff':>7} {'noise':>6} {'same':>5}"
-    print(header)
-    ratios, noises, all_same = [], [], True
-    for block_size in BLOCK_SIZES:
-        for max_model_len in MAX_MODEL_LENS:
-            for requests, padded in BATCHES:
-                inputs = make_inputs(block_size, max_model_len, requests, seed=requests)
-                a, b = time_abba(
-                    launcher(pristine, inputs, padded),
-                    launcher(patched, inputs, padded),
-                    args.rounds,
-                )
-                ta, tb = statistics.median(a), statistics.median(b)
-                # noise: the larger relative spread of one kernel's own samples
-                noise = max((max(s) - min(s)) / statistics.median(s) for s in (a, b))
-                same = same_outputs(pristine, patched, inputs, padded)
-                all_same &= same
-                ratios.append(tb / ta)
-                noises.append(noise)
-                print(
-                    f"{block_size:>5} {max_model_len:>13} {f'{requests}/{padded}':>11} "
-                    f"{ta:>9.3f} {tb:>8.3f} {100 * (tb / ta - 1):>6.1f}% {100 * noise:>5.1f}% {str(same):>5}"
-                )
-    geo = math.exp(statistics.mean(math.log(r) for r in ratios))
-    worst = max(ratios, key=lambda r: abs(r - 1))
     print(
-        f"patched / pristine: geometric mean {geo:.4f}, worst case {100 * (worst - 1):+.1f} %, "
-        f"median noise {100 * statistics.median(noises):.1f} %; outputs identical in every case: {all_same}"
+        f"{'kernel':<21} {'block':>5} {'max_model_len':>13} {'reqs/padded':>11} "
+        f"{'pristine':>9} {'it':>7} {'diff':>7} {'noise':>6} {'same':>5}"
     )
+    summaries, all_same = [], True
+    for kernel_name, module in kernels:
+        ratios, noises = [], []
+        for block_size in args.block_sizes:
+            for max_model_len in args.max_model_lens:
+                for requests, padded in BATCHES:
+                    inputs = make_inputs(block_size, max_model_len, requests, seed=requests)
+                    a, b = time_abba(
+                        launcher(pristine, inputs, padded),
+                        launcher(module, inputs, padded),
+                        args.rounds,
+                    )
+                    ta, tb = statistics.median(a), statistics.median(b)
+                    # noise: the larger relative spread of one kernel's own samples
+                    noise = max((max(s) - min(s)) / statistics.median(s) for s in (a, b))
+                    same = same_outputs(pristine, module, inputs, padded)
+                    all_same &= same
+                    ratios.append(tb / ta)
+                    noises.append(noise)
+                    print(
+                        f"{kernel_name:<21} {block_size:>5} {max_model_len:>13} "
+                        f"{f'{requests}/{padded}':>11} {ta:>9.3f} {tb:>7.3f} "
+                        f"{100 * (tb / ta - 1):>6.1f}% {100 * noise:>5.1f}% {str(same):>5}"
+                    )
+        geo = math.exp(statistics.mean(math.log(r) for r in ratios))
+        worst = max(ratios, key=lambda r: abs(r - 1))
+        summaries.append(
+            f"{kernel_name} / pristine: geometric mean {geo:.4f}, worst case "
+            f"{100 * (worst - 1):+.1f} %, median noise {100 * statistics.median(noises):.1f} %"
+        )
+    print("\n".join(summaries))
+    print(f"outputs identical in every case: {all_same}")
     return 0 if all_same else 1
 
 

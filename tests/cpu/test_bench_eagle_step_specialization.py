@@ -3,8 +3,8 @@ Triton interpreter (pristine and patched 0.33.0 trees, Triton 3.8.0).
 
 The benchmark's timings need a GPU; what it compares does not. Here its
 launcher drives both trees' ``eagle_step_update_slot_mapping_and_metadata``
-on the benchmark's own inputs: the outputs must agree (0004 changes no
-result), the comparison must catch a launcher that writes something else,
+on the benchmark's own inputs: the outputs must agree (0004 and the
+variants the benchmark times change no result), the comparison must catch a launcher that writes something else,
 and the patched-tree check must tell the two kernels apart.
 
 The pytest process imports a 0.26.0 tree (tests/conftest.py), so this module
@@ -56,6 +56,7 @@ if not INTERPRETED:
 
 else:
     import importlib.util
+    import tempfile
     from types import ModuleType, SimpleNamespace
 
     from dsv4warmup.v033 import platform
@@ -73,12 +74,22 @@ else:
     bench = _bench()
     PRISTINE = bench.load_pristine(Path(os.environ["DSV4_V033_PRISTINE_TREE"]))
     PATCHED = bench.load_patched()
+    VARIANTS = {
+        name: bench.load_variant(PATCHED, name, Path(tempfile.mkdtemp())) for name in bench.VARIANTS
+    }
 
     def test_the_patched_check_tells_the_trees_apart(monkeypatch: pytest.MonkeyPatch) -> None:
         import vllm.v1.spec_decode as package
 
-        assert bench.is_constexpr(PRISTINE.eagle_step_slot_mapping_metadata_kernel, "block_size")
-        assert not bench.is_constexpr(PATCHED.eagle_step_slot_mapping_metadata_kernel, "block_size")
+        for name in ("max_model_len", "n_blocks_per_req"):
+            assert bench.is_constexpr(PRISTINE.eagle_step_slot_mapping_metadata_kernel, name)
+            assert not bench.is_constexpr(PATCHED.eagle_step_slot_mapping_metadata_kernel, name)
+        # 0004 keeps block_size a constexpr; the variants make it a runtime scalar
+        assert bench.is_constexpr(PATCHED.eagle_step_slot_mapping_metadata_kernel, "block_size")
+        for variant in VARIANTS.values():
+            assert not bench.is_constexpr(
+                variant.eagle_step_slot_mapping_metadata_kernel, "block_size"
+            )
         monkeypatch.setattr(package, "utils", PRISTINE)
         with pytest.raises(AssertionError, match="not patched"):
             bench.load_patched()
@@ -94,6 +105,8 @@ else:
 
         inputs = bench.make_inputs(block_size, max_model_len, requests, seed=requests, device="cpu")
         assert bench.same_outputs(PRISTINE, PATCHED, inputs, padded)
+        for variant in VARIANTS.values():
+            assert bench.same_outputs(PRISTINE, variant, inputs, padded)
         launch = bench.launcher(PATCHED, inputs, padded)
         launch()
         seq_lens, positions, slots = launch.outputs
