@@ -218,6 +218,13 @@ def mutants() -> list[Mutant]:
             ("tests/cpu/test_v033_c128a_guard_interpret.py",),
         ),
         Mutant(
+            "v033-eagle-step-one-block-size",
+            _patch(_P33, "0004"),
+            "+        block_size=WarmupIntRange(1, 257, advance=lambda value: value * 2),",
+            "+        block_size=1,",
+            ("tests/cpu/test_v033_spec_decode.py::test_patched_warms_every_launched_key",),
+        ),
+        Mutant(
             "v033-mhc-fused-walk-stops-at-4",
             _patch(_P33, "0008"),
             "+                    if value < _FUSED_POST_PRE_MAX_TOKENS",
