@@ -36,7 +36,7 @@ from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
-from dsv4warmup.gpu.c128a_guard_check import load_module  # noqa: E402
+from dsv4warmup.gpu.c128a_guard_check import abba_samples, load_edited, load_module  # noqa: E402
 
 # KV block sizes: the MTP drafter's group in DeepSeek V4 (64), the target's
 # (256) and a common EAGLE one (16).
@@ -103,19 +103,10 @@ def is_constexpr(kernel: Any, name: str) -> bool:
     return "constexpr" in str(annotation)
 
 
-def variant_source(source: str, name: str) -> str:
-    """``source`` (the patched ``utils.py``) with variant ``name``'s edits."""
-    for old, new in VARIANTS[name][1]:
-        if source.count(old) != 1:
-            raise SystemExit(f"error: variant {name}: {old.strip()!r} is not in the kernel once")
-        source = source.replace(old, new)
-    return source
-
-
 def load_variant(patched: ModuleType, name: str, folder: Path) -> ModuleType:
+    """The patched ``utils.py`` with variant ``name``'s edits, imported."""
     path = folder / f"spec_utils_{name.replace('-', '_')}.py"
-    path.write_text(variant_source(Path(patched.__file__).read_text(), name))
-    return load_module(path, path.stem)
+    return load_edited(path, Path(patched.__file__).read_text(), name, VARIANTS[name][1])
 
 
 def make_inputs(
@@ -166,21 +157,6 @@ def launcher(module: ModuleType, inputs: dict[str, Any], input_batch_size: int) 
     return launch
 
 
-def time_abba(pristine: Any, patched: Any, rounds: int) -> tuple[list[float], list[float]]:
-    """µs per launch of each, timed in ABBA order ``rounds`` times."""
-    import torch
-    import triton
-
-    samples: tuple[list[float], list[float]] = ([], [])
-    for _ in range(rounds):
-        for which in (0, 1, 1, 0):
-            fn = (pristine, patched)[which]
-            fn()
-            torch.cuda.synchronize()
-            samples[which].append(1000 * triton.testing.do_bench_cudagraph(fn))
-    return samples
-
-
 def same_outputs(
     pristine: ModuleType, patched: ModuleType, inputs: dict[str, Any], padded: int
 ) -> bool:
@@ -218,6 +194,7 @@ def main() -> int:
         parser.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
 
     import torch
+    import triton
 
     pristine, patched = load_pristine(args.pristine_tree), load_patched()
     folder = Path(tempfile.mkdtemp(prefix="eagle-step-variants-"))
@@ -237,7 +214,8 @@ def main() -> int:
             for max_model_len in args.max_model_lens:
                 for requests, padded in BATCHES:
                     inputs = make_inputs(block_size, max_model_len, requests, seed=requests)
-                    a, b = time_abba(
+                    a, b = abba_samples(
+                        triton.testing.do_bench_cudagraph,
                         launcher(pristine, inputs, padded),
                         launcher(module, inputs, padded),
                         args.rounds,

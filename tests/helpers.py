@@ -24,21 +24,42 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
-def run_interpreted(test_file: str) -> None:
+def run_interpreted(
+    test_file: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Re-run ``test_file`` in a fresh pytest process with ``TRITON_INTERPRET=1``
-    (Triton reads it at import), asserting that it passes."""
-    import sys
-
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    (Triton reads it at import) and ``env`` added, asserting that it passes."""
+    full_env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
         cwd=Path(__file__).resolve().parents[1],
-        env=env,
+        env=full_env,
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+    return proc
+
+
+def v033_python_path(tree: Path, *first: Path) -> str:
+    """``PYTHONPATH`` for code that imports 0.33.0 tree ``tree``: ``first``,
+    0.33.0's Triton toolchain, the tree, then this repo's ``scripts/``."""
+    from dsv4warmup import toolchains
+    from dsv4warmup.paths import REPO
+
+    extra = [*first, *toolchains.extra_python_path("0.33.0")]
+    return os.pathsep.join([*(str(p) for p in extra), str(tree.resolve()), str(REPO / "scripts")])
+
+
+def v033_interpreted_env(tree: Path) -> dict[str, str]:
+    """What :func:`run_interpreted` adds for a module that re-runs itself
+    against 0.33.0 tree ``tree`` (the module checks ``DSV4_V033_INTERPRET``)."""
+    return {
+        "DSV4_V033_INTERPRET": "1",
+        "DSV4_VLLM_TREE": str(tree),
+        "PYTHONPATH": v033_python_path(tree),
+    }
 
 
 def tree_digest(root: Path) -> str:
@@ -79,14 +100,8 @@ def v033_tree_pytest(
     """A 0.33.0 tree's own tests on CPU against ``source_tree``'s sources, the
     platform answering as a CUDA GPU (``dsv4warmup.v033.mhc_pytest_plugin``);
     ``python_path`` goes first on ``PYTHONPATH`` (e.g. a TileLang site)."""
-    from dsv4warmup import toolchains
-    from dsv4warmup.paths import REPO
-
-    extra = [str(p) for p in (*python_path, *toolchains.extra_python_path("0.33.0"))]
     full_env = dict(
-        os.environ,
-        **(env or {}),
-        PYTHONPATH=os.pathsep.join([*extra, str(source_tree.resolve()), str(REPO / "scripts")]),
+        os.environ, **(env or {}), PYTHONPATH=v033_python_path(source_tree, *python_path)
     )
     return subprocess.run(
         [

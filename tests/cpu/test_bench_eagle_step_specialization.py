@@ -14,11 +14,10 @@ re-runs itself in a subprocess that imports the patched 0.33.0 tree.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_interpreted, v033_interpreted_env
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("DSV4_V033_INTERPRET")
 REPO = Path(__file__).resolve().parents[2]
@@ -27,31 +26,17 @@ REPO = Path(__file__).resolve().parents[2]
 if not INTERPRETED:
 
     def test_under_triton_interpreter() -> None:
-        from dsv4warmup import toolchains, trees
+        from dsv4warmup import trees
         from dsv4warmup.paths import PATCHES
 
         if not (PATCHES / "v0.33.0" / "series").exists():
             pytest.skip("patches/v0.33.0 has no series yet")
         patched = trees.patched_tree("0.33.0")
-        extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
         env = {
-            **os.environ,
-            "TRITON_INTERPRET": "1",
-            "DSV4_V033_INTERPRET": "1",
-            "CUDA_VISIBLE_DEVICES": "",
-            "DSV4_VLLM_TREE": str(patched),
+            **v033_interpreted_env(patched),
             "DSV4_V033_PRISTINE_TREE": str(trees.pristine_tree("0.33.0")),
-            "PYTHONPATH": os.pathsep.join([*extra, str(patched), str(REPO / "scripts")]),
         }
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-            cwd=REPO / "tests",
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+        proc = run_interpreted(__file__, env)
         assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
 
 else:

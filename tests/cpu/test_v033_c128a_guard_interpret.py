@@ -22,11 +22,10 @@ patched 0.33.0 tree with ``TRITON_INTERPRET=1``.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_interpreted, v033_interpreted_env
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("DSV4_V033_INTERPRET")
 REPO = Path(__file__).resolve().parents[2]
@@ -49,27 +48,7 @@ def patched_v033_tree() -> Path:
 if not INTERPRETED:
 
     def test_under_triton_interpreter() -> None:
-        from dsv4warmup import toolchains
-
-        tree = patched_v033_tree()
-        extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
-        env = {
-            **os.environ,
-            "TRITON_INTERPRET": "1",
-            "DSV4_V033_INTERPRET": "1",
-            "CUDA_VISIBLE_DEVICES": "",
-            "DSV4_VLLM_TREE": str(tree),
-            "PYTHONPATH": os.pathsep.join([*extra, str(tree), str(REPO / "scripts")]),
-        }
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-            cwd=REPO / "tests",
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+        run_interpreted(__file__, v033_interpreted_env(patched_v033_tree()))
 
 else:
     from dsv4warmup.v033 import platform

@@ -34,7 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -54,6 +54,25 @@ def load_module(path: Path, name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def edited_source(source: str, label: str, edits: Sequence[tuple[str, str]]) -> str:
+    """``source`` with each ``(old, new)`` of ``edits`` applied; every ``old``
+    must occur exactly once (a variant whose lines moved stops the run)."""
+    for old, new in edits:
+        if source.count(old) != 1:
+            raise SystemExit(f"error: variant {label}: {old.strip()!r} is not in the kernel once")
+        source = source.replace(old, new)
+    return source
+
+
+def load_edited(
+    path: Path, source: str, label: str, edits: Sequence[tuple[str, str]]
+) -> ModuleType:
+    """``source`` edited (:func:`edited_source`), written to ``path`` and
+    imported as the module named after it."""
+    path.write_text(edited_source(source, label, edits))
+    return load_module(path, path.stem)
 
 
 def load_pristine(tree: Path) -> ModuleType:
@@ -181,13 +200,13 @@ def run_garbage(module: ModuleType, patched: bool) -> int:
     return 0
 
 
-def time_abba(
+def abba_samples(
     timer: Callable[[Callable[[], None]], float],
-    unpatched: Callable[[], None],
-    patched: Callable[[], None],
+    first: Callable[[], None],
+    second: Callable[[], None],
     rounds: int = 1,
-) -> tuple[float, float]:
-    """Mean µs of each launch, timed in ABBA order ``rounds`` times: neither
+) -> tuple[list[float], list[float]]:
+    """µs per launch of each, timed in ABBA order ``rounds`` times: neither
     gains from running second. Each is launched once before its timing
     (compiles stay outside it)."""
     import torch
@@ -195,11 +214,22 @@ def time_abba(
     samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(rounds):
         for which in (0, 1, 1, 0):
-            fn = (unpatched, patched)[which]
+            fn = (first, second)[which]
             fn()
             torch.cuda.synchronize()
             samples[which].append(1000 * timer(fn))
-    return statistics.mean(samples[0]), statistics.mean(samples[1])
+    return samples
+
+
+def time_abba(
+    timer: Callable[[Callable[[], None]], float],
+    unpatched: Callable[[], None],
+    patched: Callable[[], None],
+    rounds: int = 1,
+) -> tuple[float, float]:
+    """Mean µs of each launch (:func:`abba_samples`)."""
+    a, b = abba_samples(timer, unpatched, patched, rounds)
+    return statistics.mean(a), statistics.mean(b)
 
 
 def bench(pristine: ModuleType, patched: ModuleType) -> None:

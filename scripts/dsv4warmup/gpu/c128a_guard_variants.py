@@ -88,17 +88,12 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 
 def variant_source(source: str, name: str) -> str:
     """``source`` (the patched ``sparse_mla.py``) less variant ``name``'s part."""
-    for old, new in VARIANTS[name][1]:
-        if source.count(old) != 1:
-            raise SystemExit(f"error: variant {name}: {old.strip()!r} is not in the kernel once")
-        source = source.replace(old, new)
-    return source
+    return check.edited_source(source, name, VARIANTS[name][1])
 
 
 def load_variant(source: str, name: str, folder: Path) -> ModuleType:
     path = folder / f"sparse_mla_{name.replace('-', '_')}.py"
-    path.write_text(variant_source(source, name))
-    return check.load_module(path, path.stem)
+    return check.load_edited(path, source, name, VARIANTS[name][1])
 
 
 def main() -> int:
