@@ -170,8 +170,7 @@ def test_patched_v033_kernel_has_no_block_wide_sum(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from dsv4warmup import toolchains
-    from dsv4warmup.paths import REPO
+    from helpers import v033_python_path
 
     patched = trees.patched_tree("0.33.0")
     with_sum = tmp_path / "in-range-count"
@@ -179,7 +178,6 @@ def test_patched_v033_kernel_has_no_block_wide_sum(tmp_path: Path) -> None:
     (with_sum / MODULE).write_text(
         variants.variant_source((patched / MODULE).read_text(), "in-range-count")
     )
-    extra = [str(p) for p in toolchains.extra_python_path("0.33.0")]
     proc = subprocess.run(
         [
             sys.executable,
@@ -191,7 +189,7 @@ def test_patched_v033_kernel_has_no_block_wide_sum(tmp_path: Path) -> None:
         ],
         env={
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([*extra, str(patched), str(REPO / "scripts")]),
+            "PYTHONPATH": v033_python_path(patched),
             "TRITON_CACHE_DIR": str(tmp_path / "triton-cache"),
         },
         capture_output=True,

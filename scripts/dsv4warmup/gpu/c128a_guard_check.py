@@ -88,20 +88,24 @@ def load_patched() -> ModuleType:
 
 
 def make_batch(
-    max_model_len: int, num_decode_tokens: int, num_prefill_tokens: int, seed: int = 0
+    max_model_len: int,
+    num_decode_tokens: int,
+    num_prefill_tokens: int,
+    seed: int = 0,
+    device: str = "cuda",
 ) -> dict[str, Any]:
     """Decode tokens two per request (MTP), then prefill tokens of one
     request; buffers sized like the metadata builder's."""
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     compressed = -(-max_model_len // RATIO)  # ceil
     width = -(-compressed // 128) * 128  # C128A buffer row, padded to 128
     table_width = -(-max_model_len // KV_BLOCK)
     num_decodes = -(-num_decode_tokens // 2)
-    seq = torch.randint(2, max_model_len, (num_decodes,), device="cuda", generator=g)
+    seq = torch.randint(2, max_model_len, (num_decodes,), device=device, generator=g)
     decode_pos = torch.stack([seq - 2, seq - 1], 1).reshape(-1)[:num_decode_tokens]
-    prefill_pos = torch.arange(num_prefill_tokens, device="cuda") + max(
+    prefill_pos = torch.arange(num_prefill_tokens, device=device) + max(
         0, max_model_len - num_prefill_tokens
     )
     rows = num_decode_tokens + num_prefill_tokens
@@ -109,19 +113,19 @@ def make_batch(
         positions=torch.cat([decode_pos, prefill_pos]).long(),
         token_to_req=torch.cat(
             [
-                torch.arange(num_decodes, device="cuda").repeat_interleave(2)[:num_decode_tokens],
-                torch.full((num_prefill_tokens,), num_decodes, device="cuda"),
+                torch.arange(num_decodes, device=device).repeat_interleave(2)[:num_decode_tokens],
+                torch.full((num_prefill_tokens,), num_decodes, device=device),
             ]
         ).int(),
         block_table=torch.randint(
-            0, NUM_KV_BLOCKS, (num_decodes + 1, table_width), device="cuda", generator=g
+            0, NUM_KV_BLOCKS, (num_decodes + 1, table_width), device=device, generator=g
         ).int(),
         num_decodes=num_decodes,
         num_decode_tokens=num_decode_tokens,
-        slot_mapping=torch.ones(rows, dtype=torch.int64, device="cuda"),
-        global_decode=torch.full((rows, width), -1, dtype=torch.int32, device="cuda"),
-        decode_lens=torch.zeros(rows, dtype=torch.int32, device="cuda"),
-        prefill=torch.full((rows, width), -1, dtype=torch.int32, device="cuda"),
+        slot_mapping=torch.ones(rows, dtype=torch.int64, device=device),
+        global_decode=torch.full((rows, width), -1, dtype=torch.int32, device=device),
+        decode_lens=torch.zeros(rows, dtype=torch.int32, device=device),
+        prefill=torch.full((rows, width), -1, dtype=torch.int32, device=device),
         width=width,
     )
 

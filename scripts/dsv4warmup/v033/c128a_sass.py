@@ -3,7 +3,8 @@
     python -m dsv4warmup.v033.c128a_sass [--tree NAME=DIR ...]
 
 Compiles ``BuildC128ATopkMetadataKernel.kernel`` of each 0.33.0 tree (default:
-the generated pristine and patched trees) for sm90 with the Triton that imports
+the generated pristine and patched trees), in the variant a real launch makes,
+for sm90 with the Triton that imports
 (0.33.0's toolchain: ``dsv4warmup.toolchains.extra_python_path('0.33.0')`` on
 PYTHONPATH, with the tree after it) and prints its instruction count and the
 instructions a block-wide ``tl.sum`` needs: barriers, shared-memory stores and
@@ -31,39 +32,23 @@ CLASSES = {
     "LDG": r"\bLDG\b",
     "STG": r"\bSTG\b",
 }
-POINTERS = {
-    "positions_ptr": "*i64",
-    "slot_mapping_ptr": "*i64",
-}
 
 
 def sass_of(tree: Path) -> str:
-    """The kernel of ``tree`` compiled for sm90, as nvdisasm prints it; pointers
-    16-byte aligned and ``compress_ratio`` / ``max_compressed_tokens`` multiples
-    of 16, as every runtime launch specializes them."""
+    """The kernel of ``tree`` as nvdisasm prints it, in the variant a real
+    launch compiles: ``build_c128a_topk_metadata`` on a 64-decode + 64-prefill
+    batch (``c128a_guard_check.make_batch``, on CPU), built for sm90 by
+    ``triton_keys.compile_launches_for_sm90`` instead of run."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    from dsv4warmup.gpu.c128a_guard_check import load_module
+    from dsv4warmup import triton_keys
+    from dsv4warmup.gpu import c128a_guard_check as check
 
-    module = load_module(tree / KERNEL, f"c128a_sass_{abs(hash(str(tree)))}")
-    fn = module.BuildC128ATopkMetadataKernel.kernel
-    params = [p.name for p in fn.params]
-    signature = {
-        p: "constexpr"
-        if p == "BLOCK_SIZE"
-        else POINTERS.get(p, "*i32" if p.endswith("_ptr") else "i32")
-        for p in params
-    }
-    aligned = {"compress_ratio", "max_compressed_tokens"}
-    attrs = {
-        (i,): [["tt.divisibility", 16]]
-        for i, p in enumerate(params)
-        if signature[p].startswith("*") or p in aligned
-    }
-    source = ASTSource(fn, signature, {(params.index("BLOCK_SIZE"),): 1024}, attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    module = check.load_module(tree / KERNEL, f"c128a_sass_{abs(hash(str(tree)))}")
+    batch = check.make_batch(65536, 64, 64, device="cpu")
+    with triton_keys.compile_launches_for_sm90() as built:
+        check.launch(module, batch, patched=hasattr(module, "_is_safe"))
+    ((_, compiled),) = built
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"
