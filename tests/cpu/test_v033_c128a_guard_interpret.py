@@ -73,6 +73,7 @@ else:
         """Row width of the builder's C128A buffers."""
         return cdiv(cdiv(max_model_len, RATIO), 128) * 128
 
+    from c128a_reference import c128a_reference
     from interpret_memcheck import (
         MemoryChecker,
         OutOfBoundsAccess,
@@ -147,39 +148,25 @@ else:
             )
 
         def reference(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            """Expected contents of the three (inner) output buffers: the
-            unguarded computation wherever the ids are in range, else -1/0."""
-            width, table = self.width, self.block_table
-            rows, table_width = table.shape
-            pos = self.positions
-            n = torch.div(pos + 1, RATIO, rounding_mode="floor").clamp(min=0, max=width)
-            j = torch.arange(width)
+            """Expected contents of the three (inner) output buffers
+            (``c128a_reference``), the rows past the batch untouched."""
+            d = self.num_decode_tokens
+            decode, lens, local = c128a_reference(
+                self.positions,
+                d,
+                self.req_ids,
+                self.block_table,
+                BLOCK,
+                self.num_kv_blocks,
+                self.slot_mapping,
+                self.width,
+                RATIO,
+            )
             global_decode = torch.full_like(self.global_decode, -1)
             decode_lens = torch.zeros_like(self.decode_lens)
             prefill = torch.full_like(self.prefill, -1)
-            d = self.num_decode_tokens
-            if d:
-                req = self.req_ids[:d].long()
-                row_ok = (req >= 0) & (req < rows)
-                col = j // BLOCK
-                valid = (j[None] < n[:d, None]) & row_ok[:, None]
-                valid &= (col < table_width)[None]
-                readable = valid.clone()
-                if rows:
-                    gathered = table[req.clamp(0, rows - 1)][
-                        :, col.clamp(max=table_width - 1)
-                    ].long()
-                else:
-                    gathered = torch.full((d, width), -1, dtype=torch.long)
-                valid &= (gathered >= 0) & (gathered < self.num_kv_blocks)
-                slots = gathered * BLOCK + (j % BLOCK)[None]
-                global_decode[:d] = torch.where(valid, slots, -1).to(torch.int32)
-                real = self.slot_mapping[:d] >= 0
-                decode_lens[:d] = torch.where(real, readable.sum(1), 0).to(torch.int32)
-            p = pos.shape[0] - d
-            if p:
-                local = j[None].expand(p, width)
-                prefill[:p] = torch.where(local < n[d:, None], local, -1).to(torch.int32)
+            global_decode[:d], decode_lens[:d] = decode, lens
+            prefill[: local.shape[0]] = local
             return global_decode, decode_lens, prefill
 
         def check(self) -> MemoryChecker:

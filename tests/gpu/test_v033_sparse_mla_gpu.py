@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from c128a_reference import c128a_reference
 from compile_counters import triton_compiles
 from dsv4warmup.serving import FLASH, PRO
 
@@ -116,25 +117,6 @@ def _c128a(positions, d, req_ids, table, block_size, num_kv_blocks, slot_mapping
         *out,
         max_compressed_tokens=width,
     )
-
-
-def c128a_reference(positions, d, req_ids, table, block_size, num_kv_blocks, slot_mapping, width):  # type: ignore[no-untyped-def]
-    n = torch.div(positions + 1, RATIO, rounding_mode="floor").clamp(min=0, max=width)
-    j = torch.arange(width, device=positions.device)
-    rows, table_width = table.shape
-    req = req_ids[:d].long()
-    col = j // block_size
-    valid = (j[None] < n[:d, None]) & ((req >= 0) & (req < rows))[:, None]
-    valid &= (col < table_width)[None]
-    # 0001's contract: the length counts the readable columns; a column whose
-    # block id is out of range is a -1 slot inside that length.
-    readable = valid.clone()
-    blocks = table[req.clamp(0, rows - 1)][:, col.clamp(max=table_width - 1)].long()
-    valid &= (blocks >= 0) & (blocks < num_kv_blocks)
-    decode = torch.where(valid, blocks * block_size + (j % block_size)[None], -1).int()
-    lens = torch.where(slot_mapping[:d] >= 0, readable.sum(1), 0).int()
-    prefill = torch.where(j[None] < n[d:, None], j[None], -1).int()
-    return decode, lens, prefill
 
 
 @pytest.mark.parametrize("garbage", [False, True])
