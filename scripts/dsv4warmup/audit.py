@@ -44,9 +44,9 @@ class Row:
 
 
 def _is_v033(tree: Path) -> bool:
-    from .tree import declared_version
+    from .generation import tree_is_registry_era
 
-    return (declared_version(tree) or "").startswith("0.33.")
+    return tree_is_registry_era(tree)
 
 
 def rows_for(

@@ -465,10 +465,9 @@ def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
 
 
 def _is_v033() -> bool:
-    from dsv4warmup.tree import declared_version
+    from dsv4warmup.generation import tree_is_registry_era
 
-    tree = Path(os.environ.get("DSV4_VLLM_TREE", "."))
-    return (declared_version(tree) or "").startswith("0.33.")
+    return tree_is_registry_era(Path(os.environ.get("DSV4_VLLM_TREE", ".")))
 
 
 def resolve_legacy(point: Point) -> Resolved:

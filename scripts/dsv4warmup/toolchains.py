@@ -20,7 +20,12 @@ from pathlib import Path
 from .paths import CACHE
 
 # Triton release each base's pinned torch requires (torch METADATA Requires-Dist).
-TRITON_FOR_BASE: dict[str, str] = {"0.25.1": "3.6.0", "0.26.0": "3.6.0", "0.33.0": "3.8.0"}
+TRITON_FOR_BASE: dict[str, str] = {
+    "0.25.1": "3.6.0",
+    "0.26.0": "3.6.0",
+    "0.33.0": "3.8.0",
+    "0.34.0": "3.8.0",
+}
 VENV_TRITON = "3.6.0"
 
 

@@ -1,0 +1,41 @@
+"""Which generation of call-site drivers serves a vLLM release.
+
+vLLM 0.33.0 moved DeepSeek V4's JIT kernels into a warmup registry
+(``JitWarmupRegistry``, ``CompileKey``) and reworked the modules around them:
+every release from it on is audited by the registry-era drivers
+(``dsv4warmup.v033``, which serve 0.33.0 and 0.34.0). The releases before it
+(0.25.1, 0.26.0, frozen) keep the legacy drivers (``dsv4warmup.callsites``).
+The decision is made here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FIRST_REGISTRY_RELEASE = (0, 33)
+
+
+def release_tuple(version: str | None) -> tuple[int, ...]:
+    """``"0.34.0+local"`` -> ``(0, 34, 0)``; ``()`` for no or an unreadable version."""
+    if not version:
+        return ()
+    parts = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def is_registry_era(version: str | None) -> bool:
+    """Whether ``version`` is served by the registry-era drivers."""
+    release = release_tuple(version)
+    return bool(release) and release[:2] >= FIRST_REGISTRY_RELEASE
+
+
+def tree_is_registry_era(tree: Path) -> bool:
+    """Whether the vLLM tree at ``tree`` is served by the registry-era drivers."""
+    from .tree import declared_version
+
+    return is_registry_era(declared_version(tree))
