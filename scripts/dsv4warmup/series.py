@@ -124,7 +124,13 @@ class Series:
 
 
 def available_bases() -> list[str]:
-    return sorted(d.name.removeprefix("v") for d in PATCHES.glob("v*") if (d / "series").is_file())
+    """The bases a series exists for, oldest first (by release, not by string)."""
+    found = [
+        d.name.removeprefix("v")
+        for d in PATCHES.glob("v*")
+        if _BASE_DIR.match(d.name) and (d / "series").is_file()
+    ]
+    return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
 def load(base: str, check_overlay: bool = True) -> Series:

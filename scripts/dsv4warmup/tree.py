@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -25,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import journal
+from . import journal, sources
 from . import series as series_mod
 from .paths import PATCHES
 from .series import Patch, Series
@@ -82,6 +83,18 @@ def declared_version(tree: Path) -> str | None:
 
 
 @dataclass
+class Nearest:
+    """The known base closest to a tree whose release has no series: the base
+    with the fewest differing files among those any series touches or adds
+    (the paths of fingerprints.json)."""
+
+    base: str
+    known: int  # how many files were compared
+    differ: dict[str, str]  # path -> how it differs ("" when only its content does)
+    own: list[str]  # the differing files the base's own series patches (sorted)
+
+
+@dataclass
 class Detection:
     base: str | None  # the supported base whose series applies, if any
     state: str  # pristine | applied | modified | unsupported | unknown
@@ -91,6 +104,32 @@ class Detection:
     # state "applied": the touched files with the series reverse-applied (what
     # revert writes), kept so that revert does not reverse-apply it twice
     reverted: dict[str, bytes | None] | None = field(default=None, repr=False)
+    nearest: Nearest | None = None  # state "unsupported" / "unknown"
+
+
+_FROM_SDIST: dict[str, dict[str, str | None]] = {}
+
+
+def base_fingerprint(table: dict[str, dict[str, str | None]], base: str) -> dict[str, str | None]:
+    """``base``'s entry of fingerprints.json; read from its sdist when the table
+    predates the base's series (``make fingerprints`` writes it)."""
+    if base in table:
+        return table[base]
+    if base in _FROM_SDIST:
+        return _FROM_SDIST[base]
+    paths = set(next(iter(table.values()), {}))
+    s = series_mod.load(base, check_overlay=False)
+    paths.update(s.touched_files, s.overlay_files)
+    try:
+        members = sources.read_members(base, sorted(paths))
+    except sources.SourceError as e:
+        raise TreeError(
+            f"{FINGERPRINTS.name} has no entry for vLLM {base} and its sdist cannot be read "
+            f"({e}); run `make fingerprints`"
+        ) from None
+    fp = {rel: _sha256(d) if d is not None else None for rel, d in members.items()}
+    _FROM_SDIST[base] = fp
+    return fp
 
 
 def detect(tree: Path) -> Detection:
@@ -100,7 +139,7 @@ def detect(tree: Path) -> Detection:
         if tree_fingerprint(tree, fp) == fp:
             if version in bases:
                 return Detection(version, "pristine", version)
-            return Detection(None, "unsupported", version, _drift_from_bases(tree, table))
+            return _unsupported(tree, table, version)
     version = declared_version(tree)
     # The base the tree says it is first: each try reverse-applies a series.
     said = version.split("+")[0] if version else None
@@ -109,39 +148,129 @@ def detect(tree: Path) -> Detection:
         if reverted is not None:
             return Detection(base, "applied", base, reverted=reverted)
     if version is None:
-        return Detection(None, "unknown")
+        return _unsupported(tree, table, None)
     base_version = version.split("+")[0]
     if base_version not in bases:
-        return Detection(None, "unsupported", version, _drift_from_bases(tree, table))
-    fp = table[base_version]
+        return _unsupported(tree, table, version)
+    fp = base_fingerprint(table, base_version)
     current = tree_fingerprint(tree, fp)
     drift = sorted(p for p in fp if current[p] != fp[p])
     return Detection(base_version, "modified", version, drift)
 
 
-def _drift_from_bases(tree: Path, table: dict[str, dict[str, str | None]]) -> list[str]:
-    """Target files that differ from every supported base."""
-    drift: set[str] = set()
-    for base in series_mod.available_bases():
-        fp = table[base]
-        current = tree_fingerprint(tree, fp)
-        drift |= {p for p in fp if fp[p] is not None and current[p] != fp[p]}
-    return sorted(drift)
-
-
-def _unsupported_message(det: Detection) -> str:
-    have = ", ".join(series_mod.available_bases())
-    if det.version:
-        files = (
-            f"; its {', '.join(det.drift[:4])} differ from every supported base"
-            if det.drift
-            else ""
-        )
-        return f"vLLM {det.version} is not supported by this patch set (supported bases: {have}){files}"
-    return (
-        "cannot tell which vLLM release this tree is (its target files match no "
-        f"supported base and it declares no version); supported bases: {have}"
+def _unsupported(
+    tree: Path, table: dict[str, dict[str, str | None]], version: str | None
+) -> Detection:
+    near = nearest_base(tree, table)
+    return Detection(
+        None,
+        "unsupported" if version else "unknown",
+        version,
+        sorted(near.differ) if near else [],
+        nearest=near,
     )
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+
+def nearest_base(
+    tree: Path, table: dict[str, dict[str, str | None]] | None = None
+) -> Nearest | None:
+    """The supported base with the fewest files differing from ``tree``
+    (the newer one on a tie); None when no series exists."""
+    table = load_fingerprints() if table is None else table
+    best: Nearest | None = None
+    for base in sorted(series_mod.available_bases(), key=_release_key, reverse=True):
+        fp = base_fingerprint(table, base)
+        current = tree_fingerprint(tree, fp)
+        differ = {
+            p: "not in this tree"
+            if current[p] is None
+            else f"not in vLLM {base}"
+            if fp[p] is None
+            else ""
+            for p in sorted(fp)
+            if current[p] != fp[p]
+        }
+        if best is None or len(differ) < len(best.differ):
+            own = series_mod.load(base, check_overlay=False).touched_files
+            best = Nearest(base, len(fp), differ, sorted(p for p in own if p in differ))
+    return best
+
+
+def _port_advice(near: Nearest, version: str | None) -> list[str]:
+    """What to do about a release the series does not know."""
+    release = (version or "").split("+")[0]
+    to = release if re.fullmatch(r"\d+\.\d+\.\d+", release) else "<x.y.z>"
+    port = f"`make port FROM_BASE={near.base} BASE={to}`"
+    how = (
+        f"  it replays the v{near.base} series onto pristine vLLM {to} in build/dev/v{to} "
+        f"with three-way merges and writes patches/v{to}/; where a patch does not merge it "
+        f"stops, the patches before it committed there: carry the rest over by hand, then "
+        f"`make regen BASE={to}`"
+    )
+    if not version:
+        first = f"to port the series: find which vLLM release this tree is, then {port}"
+    elif to != release:
+        first = f"to port the series: {port}, with the vLLM release this tree is built on"
+    elif release not in sources.SDIST_SHA256:
+        first = (
+            f"to port the series: add the sha256 of vllm-{release}.tar.gz (from the package "
+            f"index) to SDIST_SHA256 in scripts/dsv4warmup/sources.py, then {port}"
+        )
+    else:
+        first = f"to port the series: {port}"
+    return [first, how]
+
+
+def _listed(paths: list[str], near: Nearest) -> list[str]:
+    return [f"    {p} ({near.differ[p]})" if near.differ[p] else f"    {p}" for p in paths]
+
+
+def unsupported_lines(det: Detection, tree: Path, list_all: bool = False) -> list[str]:
+    """Why a tree is refused, the closest known base and what to do: the
+    files of that base's own series first, all of them; the rest counted
+    (or, ``list_all``, listed too)."""
+    have = ", ".join(series_mod.available_bases()) or "none"
+    if det.version:
+        head = f"this patch set has no series for vLLM {det.version} (series exist for: {have})"
+    else:
+        head = (
+            "cannot tell which vLLM release this tree is (its files match no supported base "
+            f"and it declares no version); series exist for: {have}"
+        )
+    near = det.nearest
+    if near is None:
+        return [head]
+    lines = [
+        head,
+        f"closest known base: vLLM {near.base}; {len(near.differ)} of the {near.known} files "
+        f"the series touch or add {'differs' if len(near.differ) == 1 else 'differ'} from it",
+    ]
+    if near.own:
+        lines.append(f"  files the v{near.base} series patches ({len(near.own)}):")
+        lines += _listed(near.own, near)
+    else:
+        lines.append(f"  none of them is a file the v{near.base} series patches")
+    rest = [p for p in near.differ if p not in near.own]
+    if rest and list_all:
+        lines.append(f"  files only other series touch ({len(rest)}):")
+        lines += _listed(rest, near)
+    elif rest:
+        lines.append(
+            f"  and {len(rest)} file{'s' if len(rest) > 1 else ''} only other series touch "
+            f"(`make status VLLM_DIR={shlex.quote(str(tree))}` lists them)"
+        )
+    lines += _port_advice(near, det.version)
+    return lines
+
+
+def _unsupported_message(det: Detection, tree: Path) -> str:
+    lines = unsupported_lines(det, tree)
+    lines.append(f"{tree} is unchanged")
+    return "\n  ".join(lines)
 
 
 # --------------------------------------------------------------------------
@@ -297,7 +426,7 @@ def _resolve(tree: Path) -> tuple[Detection, Series]:
     _require_vllm(tree)
     det = detect(tree)
     if det.state in ("unsupported", "unknown") or det.base is None:
-        raise TreeError(_unsupported_message(det))
+        raise TreeError(_unsupported_message(det, tree))
     return det, series_mod.load(det.base)
 
 
@@ -447,7 +576,9 @@ def status(tree: Path) -> str:
         return "\n".join(lines + notes)
     det = detect(tree)
     if det.state in ("unsupported", "unknown"):
-        lines.append(f"state:   {det.state}: {_unsupported_message(det)}")
+        head, *rest = unsupported_lines(det, tree, list_all=True)
+        lines.append(f"state:   {det.state}: {head}")
+        lines += [f"         {line}" for line in rest]
         return "\n".join(lines + notes)
     series = series_mod.load(det.base or "")
     lines.append(f"base:    vLLM {det.base} ({det.version or '?'})")

@@ -5,8 +5,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from dsv4warmup import series as series_mod
 from dsv4warmup import sources, trees
 from dsv4warmup import tree as tree_mod
 from dsv4warmup.__main__ import main as cli
+from dsv4warmup.paths import REPO
 from helpers import fresh, git, tree_digest
 
 BASES = series_mod.available_bases()
@@ -23,8 +28,27 @@ def run_cli(*args: str) -> int:
     return cli(list(args))
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+# The frozen legacy bases and 0.33.0 stay supported whatever is added.
+KEPT = ["0.25.1", "0.26.0", "0.33.0"]
+NEXT = "0.34.0"  # the primary base once its series exists
+
+
 def test_supported_bases() -> None:
-    assert BASES == ["0.25.1", "0.26.0", "0.33.0"]
+    """The supported bases are the series in patches/ (series.available_bases,
+    the one list): the kept ones, oldest first, each a release whose sdist is
+    known; the newest is the default, and 0.34.0 is that newest once its
+    series exists."""
+    assert set(KEPT) <= set(BASES)
+    assert BASES == sorted(BASES, key=_release)
+    assert set(BASES) <= set(sources.SDIST_SHA256)
+    newest = BASES[-1]
+    if NEXT in BASES:
+        assert newest == NEXT
+    assert sources.DEFAULT_BASE == newest
 
 
 @pytest.mark.parametrize("base", BASES)
@@ -76,22 +100,121 @@ def test_check_changes_nothing(base: str, tmp_path: Path) -> None:
 
 
 def test_unsupported_release_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A release between the supported ones (declared 0.30.0, target files
-    that match no supported base) is refused by name, and left unchanged."""
-    tree = tmp_path / "vllm"
-    sources.extract("0.33.0", tree)
+    """A release between the supported ones (declared 0.30.0, one target file
+    that differs from 0.33.0) is refused by name: its closest base, the file,
+    and how to port the series (its sdist is not known: say to add it); the
+    tree is left unchanged by check, apply and status."""
+    tree = fresh("0.33.0", tmp_path)
     pkg_info = tree / "PKG-INFO"
     pkg_info.write_text(pkg_info.read_text().replace("Version: 0.33.0", "Version: 0.30.0"))
     touched = series_mod.load("0.33.0").touched_files
     edited = tree / touched[0]
     edited.write_text(edited.read_text() + "\n# 0.30.0 differs here\n")
     digest = tree_digest(tree)
-    assert run_cli("apply", "--tree", str(tree)) == 1
-    err = capsys.readouterr().err
-    assert "0.30.0" in err and "not supported" in err and "0.33.0" in err
-    assert "differ from every supported base" in err
-    assert touched[0] in err  # names the file that differs
+    for cmd in ("check", "apply"):
+        assert run_cli(cmd, "--tree", str(tree)) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: this patch set has no series for vLLM 0.30.0 ("), err
+        assert f"closest known base: vLLM 0.33.0; 1 of the {_known()} files" in err
+        assert f"files the v0.33.0 series patches (1):\n      {touched[0]}\n" in err
+        assert "add the sha256 of vllm-0.30.0.tar.gz" in err and "SDIST_SHA256" in err
+        assert "`make port FROM_BASE=0.33.0 BASE=0.30.0`" in err
+        assert f"{tree} is unchanged" in err
+        assert tree_digest(tree) == digest
+    assert run_cli("status", "--tree", str(tree)) == 0
+    out = capsys.readouterr().out
+    assert "state:   unsupported: this patch set has no series for vLLM 0.30.0" in out
+    assert "`make port FROM_BASE=0.33.0 BASE=0.30.0`" in out
     assert tree_digest(tree) == digest
+
+
+def _known() -> int:
+    """How many files the series touch or add (the paths of fingerprints.json)."""
+    return len(next(iter(tree_mod.load_fingerprints().values())))
+
+
+def _without_series(base: str, tmp_path: Path) -> Path:
+    """A copy of patches/ without ``base``'s series (if it has one)."""
+    dest = tmp_path / "patches"
+    shutil.copytree(series_mod.PATCHES, dest, ignore=shutil.ignore_patterns(f"v{base}"))
+    return dest
+
+
+def _expected_nearest(version: str, patches: Path) -> tuple[str, list[str]]:
+    """Independently of tree.py: the supported base (of ``patches``) with the
+    fewest files differing from ``version``'s sdist, and those files."""
+    table = json.loads((patches / "fingerprints.json").read_text())
+    paths = sorted(next(iter(table.values())))
+    members = sources.read_members(version, paths)
+    have = {p: hashlib.sha256(d).hexdigest() if d is not None else None for p, d in members.items()}
+    bases = sorted(
+        (d.name[1:] for d in patches.glob("v*") if (d / "series").is_file()), key=_release
+    )
+    diffs = {b: [p for p in paths if have[p] != table[b][p]] for b in bases}
+    best = min(reversed(bases), key=lambda b: len(diffs[b]))
+    return best, diffs[best]
+
+
+def test_a_release_without_a_series(tmp_path: Path) -> None:
+    """The real sdist tree of 0.34.0 against a patch set without a 0.34.0
+    series (what a user of a new release meets): check, apply and status name
+    the closest base (0.33.0), how many files differ from it, every file of its
+    own series that differs (first, all of them), count the rest, and say how
+    to port; the tree stays byte-identical. The commands run as `make apply`
+    runs them: a fresh interpreter, standard library only."""
+    patches = _without_series(NEXT, tmp_path)
+    tree = fresh(NEXT, tmp_path)
+    digest = tree_digest(tree)
+    nearest, differ = _expected_nearest(NEXT, patches)
+    assert nearest == "0.33.0"
+    own = sorted(set(differ) & set(series_mod.load(nearest).touched_files))
+    assert own and len(own) < len(differ)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"), DSV4_PATCHES_DIR=str(patches))
+
+    def run(cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-S", "-m", "dsv4warmup", cmd, "--tree", str(tree)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    for cmd in ("check", "apply"):
+        res = run(cmd)
+        assert res.returncode == 1 and res.stdout == "", res.stdout + res.stderr
+        lines = res.stderr.splitlines()
+        assert lines[0].startswith(f"error: this patch set has no series for vLLM {NEXT} ("), lines
+        assert lines[1] == (
+            f"  closest known base: vLLM {nearest}; {len(differ)} of the {_known()} files "
+            "the series touch or add differ from it"
+        )
+        assert lines[2] == f"    files the v{nearest} series patches ({len(own)}):"
+        listed = [line.split(" (")[0].strip() for line in lines[3 : 3 + len(own)]]
+        assert listed == own  # all of them, first
+        rest = len(differ) - len(own)
+        assert lines[3 + len(own)].startswith(f"    and {rest} files only other series touch")
+        assert f"  to port the series: `make port FROM_BASE={nearest} BASE={NEXT}`" in lines
+        assert lines[-1] == f"  {tree} is unchanged"
+        assert "Traceback" not in res.stderr
+        assert tree_digest(tree) == digest
+    res = run("status")
+    assert res.returncode == 0, res.stderr
+    for rel in differ:  # status lists every differing file
+        assert f"             {rel}" in res.stdout, rel
+    assert f"make port FROM_BASE={nearest} BASE={NEXT}" in res.stdout
+    assert tree_digest(tree) == digest
+
+    # The advice works with the Makefile's variables: `make port` runs the port command.
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(REPO), "port"]
+        + [f"FROM_BASE={nearest}", f"BASE={NEXT}"],
+        capture_output=True,
+        text=True,
+    )
+    assert dry.returncode == 0, dry.stderr
+    (line,) = [ln for ln in dry.stdout.splitlines() if "dsv4warmup port" in ln]
+    assert shlex.split(line)[-4:] == ["port", nearest, NEXT, f"build/dev/v{NEXT}"]
 
 
 def test_not_a_vllm_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
