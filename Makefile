@@ -8,13 +8,16 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-RUN := PYTHONPATH=$(CURDIR)/scripts $(PY) -m dsv4warmup
-LIGHT := PYTHONPATH=$(CURDIR)/scripts $(PYTHON) -m dsv4warmup
+# $(call q,VALUE): VALUE as one shell word (single-quoted), so that a path
+# with spaces or quotes (VLLM_DIR="/path with space/vllm") stays one argument.
+q = '$(subst ','\'',$(1))'
+RUN := PYTHONPATH=$(call q,$(CURDIR)/scripts) $(PY) -m dsv4warmup
+LIGHT := PYTHONPATH=$(call q,$(CURDIR)/scripts) $(PYTHON) -m dsv4warmup
 WHEEL_TOOLS := .cache/tools/wheel
 VLLM_DIR ?=
 MODE ?= apply
 BASE ?= 0.33.0
-TREE_ARG := $(if $(VLLM_DIR),--tree $(VLLM_DIR))
+TREE_ARG = $(if $(VLLM_DIR),--tree $(call q,$(VLLM_DIR)))
 
 .PHONY: all setup fetch apply check revert status audit audit-sample test test-gpu mutants lint devtree regen port fingerprints lab clean
 
@@ -29,10 +32,10 @@ $(VENV)/.stamp: requirements-dev.txt
 setup: $(VENV)/.stamp
 
 fetch:
-	$(LIGHT) fetch 0.26.0 0.25.1 0.33.0
+	$(LIGHT) fetch 0.26.0 0.25.1 0.33.0 0.34.0
 
 apply:
-	$(LIGHT) apply $(TREE_ARG) --mode $(MODE) $(if $(BRANCH),--branch $(BRANCH))
+	$(LIGHT) apply $(TREE_ARG) --mode $(call q,$(MODE)) $(if $(BRANCH),--branch $(call q,$(BRANCH)))
 
 check:
 	$(LIGHT) check $(TREE_ARG)
@@ -52,9 +55,10 @@ GPU ?= h200
 DEEP_GEMM ?= on
 VARIANT ?= flash
 audit: setup
-	$(RUN) audit $(if $(JSON),--json-out $(JSON)) --base $(BASE) \
-	  $(if $(SERVE_ARGS),--serve-args="$$SERVE_ARGS" --gpu $(GPU) --deep-gemm $(DEEP_GEMM) \
-	  --model-variant $(VARIANT)) $(if $(PATCHED_TREE),--patched-tree $(PATCHED_TREE))
+	$(RUN) audit $(if $(JSON),--json-out $(call q,$(JSON))) --base $(call q,$(BASE)) \
+	  $(if $(SERVE_ARGS),--serve-args="$$SERVE_ARGS" --gpu $(call q,$(GPU)) \
+	  --deep-gemm $(call q,$(DEEP_GEMM)) --model-variant $(call q,$(VARIANT))) \
+	  $(if $(PATCHED_TREE),--patched-tree $(call q,$(PATCHED_TREE)))
 
 # A larger property-based sample of the configuration space (N draws per base,
 # SEED to reproduce; the CI test draws a few).
@@ -80,20 +84,23 @@ test-gpu: setup
 # test (a table of who killed what). Not in CI: a patched tree per mutant.
 # MUTANTS=name,name runs some of them.
 mutants: setup
-	PYTHONPATH=$(CURDIR)/scripts $(PY) -m dsv4warmup.mutants $(if $(MUTANTS),--only $(MUTANTS))
+	PYTHONPATH=$(call q,$(CURDIR)/scripts) $(PY) -m dsv4warmup.mutants $(if $(MUTANTS),--only $(call q,$(MUTANTS)))
 
 lint: setup
 	$(PY) -m ruff check scripts tests
 	$(PY) -m ruff format --check scripts tests
 
 devtree: setup
-	$(RUN) devtree $(BASE) $(or $(DEST),build/dev/v$(BASE))
+	$(RUN) devtree $(call q,$(BASE)) $(call q,$(or $(DEST),build/dev/v$(BASE)))
 
 regen: setup
-	$(RUN) regen $(BASE) $(or $(FROM),build/dev/v$(BASE))
+	$(RUN) regen $(call q,$(BASE)) $(call q,$(or $(FROM),build/dev/v$(BASE)))
 
+# FROM_BASE=<a base with a series> BASE=<a known release without one>: replay
+# the one onto the other in DEST (default build/dev/v$(BASE)), then regen.
 port: setup
-	$(RUN) port $(FROM_BASE) $(BASE) $(or $(DEST),build/dev/v$(BASE))
+	@[ -n $(call q,$(FROM_BASE)) ] || { echo "error: make port needs FROM_BASE=<a base with a series> (and BASE=<the release to port to>)" >&2; exit 2; }
+	$(RUN) port $(call q,$(FROM_BASE)) $(call q,$(BASE)) $(call q,$(or $(DEST),build/dev/v$(BASE)))
 
 fingerprints: setup
 	$(RUN) fingerprints
@@ -107,7 +114,7 @@ clean:
 # newest series, or BASE=...), after vLLM's own pre-commit hooks (mypy, typos,
 # tools/pre_commit/*.py), the pinned ruff and the dependency / dead-code checks.
 # SIGNOFF="Name <email>" (else your git identity) signs the commits off.
-BASE_ARG = $(if $(filter command line environment,$(origin BASE)),--base $(BASE))
+BASE_ARG = $(if $(filter command line environment,$(origin BASE)),--base $(call q,$(BASE)))
 .PHONY: wheel pr
 $(WHEEL_TOOLS)/.stamp: requirements-wheel.txt
 	rm -rf $(WHEEL_TOOLS)
@@ -115,19 +122,21 @@ $(WHEEL_TOOLS)/.stamp: requirements-wheel.txt
 	touch $@
 
 wheel: $(WHEEL_TOOLS)/.stamp
-	PYTHONPATH=$(CURDIR)/scripts:$(CURDIR)/$(WHEEL_TOOLS) $(PYTHON) -m dsv4warmup wheel $(if $(WHEEL),--wheel $(WHEEL)) $(BASE_ARG)
+	PYTHONPATH=$(call q,$(CURDIR)/scripts:$(CURDIR)/$(WHEEL_TOOLS)) $(PYTHON) -m dsv4warmup wheel \
+	  $(if $(WHEEL),--wheel $(call q,$(WHEEL))) $(BASE_ARG)
 
 pr:
-	$(LIGHT) pr $(BASE_ARG) $(if $(OUT),--out $(OUT)) $(if $(SIGNOFF),--signoff "$(SIGNOFF)") \
-	  $(if $(SKIP),--skip "$(SKIP)") $(if $(AI_COAUTHOR),--coauthor "$(AI_COAUTHOR)")
+	$(LIGHT) pr $(BASE_ARG) $(if $(OUT),--out $(call q,$(OUT))) $(if $(SIGNOFF),--signoff $(call q,$(SIGNOFF))) \
+	  $(if $(SKIP),--skip $(call q,$(SKIP))) $(if $(AI_COAUTHOR),--coauthor $(call q,$(AI_COAUTHOR)))
 
 # GPU lab: pack BASE's pristine + patched trees into .lab/trees and build the package bundle
-# (once per kind: .lab/full for 0.25.1/0.26.0, .lab/v033 for 0.33.0) for
-# scripts/lab/gpu-run.sh (BUNDLE=.lab/v033/site.tar.xz for 0.33.0); see docs/gpu-results.md.
-LAB_KIND = $(if $(filter 0.33.%,$(BASE)),v033,full)
+# (once per kind: .lab/full for the frozen legacy bases 0.25.1/0.26.0, .lab/v033 for the
+# registry era, 0.33.0 and later: dsv4warmup.generation.is_registry_era) for
+# scripts/lab/gpu-run.sh (BUNDLE=.lab/v033/site.tar.xz there); see docs/gpu-results.md.
+LAB_KIND = $(if $(filter 0.25.% 0.26.%,$(BASE)),full,v033)
 lab: setup .lab/$(LAB_KIND)/site.tar.xz
-	$(RUN) lab --base $(BASE) $(if $(filter v033,$(LAB_KIND)),--pristine-only)
+	$(RUN) lab --base $(call q,$(BASE)) $(if $(filter v033,$(LAB_KIND)),--pristine-only)
 	rm -rf .lab/gpu-lab && cp -r ../shared/gpu-lab .lab/gpu-lab
 
 .lab/%/site.tar.xz: scripts/lab/build-lab-bundle.sh
-	mkdir -p .lab/$* && cd .lab/$* && KIND=$* PYTHON=$(CURDIR)/$(PY) bash $(CURDIR)/scripts/lab/build-lab-bundle.sh
+	mkdir -p .lab/$* && cd .lab/$* && KIND=$* PYTHON=$(call q,$(CURDIR)/$(PY)) bash $(call q,$(CURDIR)/scripts/lab/build-lab-bundle.sh)
