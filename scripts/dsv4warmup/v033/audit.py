@@ -1,11 +1,13 @@
-"""Key-coverage audit of a vLLM 0.33.0 tree, per model runner.
+"""Key-coverage audit of a registry-era vLLM tree (0.33.0, 0.34.0), per model runner.
 
 Runtime side: each kernel group's driver (``dsv4warmup.v033.<group>``) drives
 the tree's real call sites of one runner over the serving sweep of the
 configuration and returns every key with one witness batch. Warmed side: the
 tree's real registration lifecycle for that runner (:mod:`.lifecycle`), fed by
 the same groups' ``register`` (the real objects whose construction registers
-the kernels). Both run in the interpreter that imports the tree.
+the kernels). Both run in the interpreter that imports the tree. The runners
+are the tree's own (:func:`lifecycle.available_runners`); a group's kernels are
+those the tree defines (its ``present_kernels()`` where a kernel may be gone).
 """
 
 from __future__ import annotations
@@ -36,8 +38,15 @@ def group_modules(groups: tuple[str, ...] = GROUPS) -> list[tuple[str, ModuleTyp
 
 
 def default_runner(vllm_config: Any) -> str:
-    """The runner 0.33.0 picks for this configuration (``VLLM_USE_V2_MODEL_RUNNER``)."""
-    return "v2" if getattr(vllm_config, "use_v2_model_runner", True) else "v1"
+    """The runner ``vllm serve`` starts for this configuration."""
+    return lifecycle.configured_runner(vllm_config)
+
+
+def kernels_of(mod: ModuleType) -> tuple[str, ...]:
+    """The audit rows of a group module in the importable tree: its
+    ``present_kernels()`` where it has one, else all its ``KERNELS``."""
+    present = getattr(mod, "present_kernels", None)
+    return tuple(present()) if present is not None else tuple(mod.KERNELS)
 
 
 def _owned_by(groups: list[tuple[str, ModuleType]]) -> Callable[[Any], bool]:
@@ -84,7 +93,7 @@ def rows_for(
     groups: tuple[str, ...] | None = None,
     runner_fails: Callable[[str, BaseException], bool] | None = None,
 ) -> list[Row]:
-    """Rows for every (runner, kernel) of ``groups`` in the importable 0.33.0 tree.
+    """Rows for every (runner, kernel) of ``groups`` in the importable tree.
 
     Args:
         cfg: The serving configuration.
@@ -97,7 +106,7 @@ def rows_for(
     default = default_runner(vllm_config)
     groups_ = group_modules(groups or GROUPS)
     rows: list[Row] = []
-    for runner in lifecycle.RUNNERS:
+    for runner in lifecycle.available_runners():
         try:
             rows += _runner_rows(cfg, vllm_config, runner, default, groups_)
         except Exception as e:
@@ -120,7 +129,7 @@ def _runner_rows(
     label = f"{runner} (default)" if runner == default else runner
     for group, mod in groups_:
         runtime = mod.runtime_keys(cfg, runner)
-        for kernel in mod.KERNELS:
+        for kernel in kernels_of(mod):
             rt = runtime.get(kernel, {})
             wk = run.keys.get(kernel, set())
             missing = sorted(((k, w) for k, w in rt.items() if k not in wk), key=_witness_sort_key)

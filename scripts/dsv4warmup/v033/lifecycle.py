@@ -1,6 +1,6 @@
-"""What a 0.33.0 tree's start-up path really warms, recorded on CPU.
+"""What a registry-era tree's start-up path really warms, recorded on CPU.
 
-vLLM 0.33.0 collects JIT warmup registrations in a ``JitWarmupRegistry`` that
+vLLM 0.33.0 and 0.34.0 collect JIT warmup registrations in a ``JitWarmupRegistry`` that
 only listens while it is *active*: the runner activates it around some of its
 set-up steps (``with self.jit_warmup_registry.activate()``, or a whole
 ``@JitWarmupRegistry.capture`` method). ``register_warmup`` calls made while no
@@ -19,20 +19,27 @@ This module reproduces that lifecycle without a GPU:
   real ``warmup()`` runs with Triton's launches intercepted
   (:mod:`dsv4warmup.triton_keys`) and TileLang compiles recorded by the group
   that owns them; Triton's driver is a CPU stand-in for an sm90 device.
+
+Which model runners a tree has is read from the tree (:func:`available_runners`):
+0.33.0 has Model Runner V2 and V1 (``VLLM_USE_V2_MODEL_RUNNER`` picks one),
+0.34.0 removed V1. Everything that depends on the runner asks here
+(:func:`selected`, :func:`configured_runner`), so no driver compares versions.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RUNNERS = ("v2", "v1")  # v2: 0.33.0's default for DeepSeek V4 + MTP
+RUNNERS = ("v2", "v1")  # every runner a release may have; v2: the default for DeepSeek V4 + MTP
 STEPS = (
     "runner_init",
     "target_model",
@@ -87,6 +94,68 @@ _RUNNERS: dict[str, _Runner] = {
 
 class LifecycleError(RuntimeError):
     """The tree's runner no longer matches what this driver knows about it."""
+
+
+# --------------------------------------------------------------------------
+# Which model runners the tree has, and how a user picks one
+
+# Where a tree has several runners, ``vllm serve`` starts the one this
+# variable selects (0.33.0: unset or "1" is V2, "0" is V1).
+_SELECTOR_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+_SELECTOR_VALUE = {"v2": "1", "v1": "0"}
+
+
+def _module_file(tree: Path, module: str) -> Path:
+    return (tree / Path(*module.split("."))).with_suffix(".py")
+
+
+def runners_in_tree(tree: Path) -> tuple[str, ...]:
+    """The :data:`RUNNERS` whose module the vLLM tree at ``tree`` holds
+    (read from its files: nothing is imported), default first."""
+    return tuple(r for r in RUNNERS if _module_file(tree, _RUNNERS[r].module).is_file())
+
+
+@functools.cache
+def available_runners() -> tuple[str, ...]:
+    """The :data:`RUNNERS` of the importable vLLM tree, default first; a
+    runner whose module the tree lacks is absent (0.34.0 has V2 only)."""
+    return tuple(r for r in RUNNERS if importlib.util.find_spec(_RUNNERS[r].module) is not None)
+
+
+def selection_env(runner: str) -> dict[str, str]:
+    """The environment by which a user makes ``vllm serve`` start ``runner``:
+    empty where the tree has no other runner."""
+    runners = available_runners()
+    if runner not in runners:
+        raise LifecycleError(f"this vLLM tree has no model runner {runner!r} (it has {runners})")
+    return {} if len(runners) == 1 else {_SELECTOR_ENV: _SELECTOR_VALUE[runner]}
+
+
+@contextlib.contextmanager
+def selected(runner: str) -> Iterator[None]:
+    """``runner`` selected as a user selects it (:func:`selection_env`). vLLM
+    reads the selector whenever the configuration is asked which runner it
+    uses (also while a model is built), so keep it for the whole drive; only
+    the selector is restored afterwards."""
+    env = selection_env(runner)
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def configured_runner(vllm_config: Any) -> str:
+    """The runner ``vllm serve`` starts for ``vllm_config``."""
+    runners = available_runners()
+    if len(runners) == 1:
+        return runners[0]
+    return "v2" if vllm_config.use_v2_model_runner else "v1"
 
 
 # --------------------------------------------------------------------------

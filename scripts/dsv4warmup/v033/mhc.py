@@ -1,4 +1,5 @@
-"""mHC TileLang kernels of a vLLM 0.33.0 tree: runtime keys, registrations, compiles.
+"""mHC TileLang kernels of a registry-era vLLM tree (0.33.0, 0.34.0): runtime keys,
+registrations, compiles.
 
 DeepSeek V4's NVIDIA model runs mHC through five wrappers
 (``vllm/model_executor/kernels/mhc/tilelang.py``) over the ``VllmTileLangJitKernel``
@@ -607,7 +608,7 @@ def report(cfg: ServingConfig, deep_gemm: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with deep_gemm_env(deep_gemm):
         vllm_config = engine.vllm_config(cfg, gpu_for(cfg))
-        for runner in lifecycle.RUNNERS:
+        for runner in lifecycle.available_runners():
             runtime = runtime_keys(cfg, runner)
             warmed = lifecycle.warmed_keys(vllm_config, runner, [register], [record_compiles])
             out[runner] = {

@@ -134,7 +134,7 @@ def lifecycle_side(cfg: ServingConfig, runner: str) -> dict:
     from . import audit, lifecycle
 
     cpu_cli.install()
-    env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if runner == "v2" else "0"}
+    env = lifecycle.selection_env(runner)
     groups = audit.group_modules()
     with _env(env), cpu_cli.cpu_session():
         vllm_config = engine.vllm_config(cfg)

@@ -1,4 +1,4 @@
-"""Sparse-MLA Triton call sites of DeepSeek V4 on vLLM 0.33.0, on a CPU.
+"""Sparse-MLA Triton call sites of DeepSeek V4 on registry-era vLLM (0.33.0, 0.34.0), on a CPU.
 
 Two kernels (audit rows by the Triton function's ``__qualname__``):
 
@@ -16,8 +16,9 @@ the KV cache specs, groups, layout and block count through the engine core's
 planner, the attention groups and metadata builders through
 ``init_attn_backend``, the KV cache views through ``init_kv_cache`` -- and
 then runs each batch of a sweep through the runner's metadata path
-(V2: ``build_attn_metadata``; V1: ``GPUModelRunner._build_attention_metadata``'s
-``CommonAttentionMetadata`` layout and ``AttentionGroup.build_metadata``) and
+(V2: ``build_attn_metadata``; V1, where the tree has it (0.33.0):
+``GPUModelRunner._build_attention_metadata``'s ``CommonAttentionMetadata``
+layout and ``AttentionGroup.build_metadata``) and
 the layers' real ``forward_mqa``, recording the exact Triton key of every
 launch (``triton_keys.record_launches``). "GPU" tensors live on ``meta``: no
 memory, but ``data_ptr()`` keeps view offsets, so pointer alignment is keyed as
@@ -46,7 +47,6 @@ from dsv4warmup.serving import ServingConfig, full_decode_graph_size
 C128A_KERNEL = "BuildC128ATopkMetadataKernel.kernel"
 COMBINE_KERNEL = "CombineTopkSwaIndicesKernel.kernel"
 KERNELS: tuple[str, ...] = (C128A_KERNEL, COMBINE_KERNEL)
-RUNNERS = ("v2", "v1")
 
 Key = tuple[Any, ...]
 
@@ -246,13 +246,29 @@ class Model:
         return dict(sorted(out.items()))
 
 
-@contextlib.contextmanager
-def runner_env(runner: str) -> Iterator[None]:
-    """``VllmConfig.use_v2_model_runner`` follows this variable."""
-    assert runner in RUNNERS, runner
-    value = "1" if runner == "v2" else "0"
-    with mock.patch.dict(os.environ, {"VLLM_USE_V2_MODEL_RUNNER": value}):
-        yield
+def runner_env(runner: str) -> contextlib.AbstractContextManager[None]:
+    """``runner`` selected as a user selects it (:func:`lifecycle.selected`)."""
+    from dsv4warmup.v033 import lifecycle
+
+    return lifecycle.selected(runner)
+
+
+def block_table_width(spec: Any, vllm_config: Any) -> int:
+    """Columns of the block table of a KV cache group with ``spec``, as the
+    runners size it (``get_block_table_width``: ``vllm.v1.worker.block_table``
+    in 0.33.0, ``vllm.v1.kv_cache_interface`` from 0.34.0 on)."""
+    import vllm.v1.kv_cache_interface as kv_cache_interface
+
+    width_fn = getattr(kv_cache_interface, "get_block_table_width", None)
+    if width_fn is None:
+        from vllm.v1.worker.block_table import get_block_table_width as width_fn
+    return int(
+        width_fn(
+            spec.max_num_blocks_per_req(vllm_config, vllm_config.model_config.max_model_len),
+            spec.block_size,
+            token_alignment=spec.block_table_token_alignment,
+        )
+    )
 
 
 def _vllm_config(cfg: ServingConfig, runner: str, device: str) -> Any:
@@ -703,7 +719,6 @@ class V2Runner(_Runner):
 
     def __init__(self, model: Model) -> None:
         import torch
-        from vllm.v1.worker.block_table import get_block_table_width
         from vllm.v1.worker.gpu.input_batch import InputBuffers
 
         super().__init__(model)
@@ -713,16 +728,10 @@ class V2Runner(_Runner):
         self.input_buffers = InputBuffers(
             self.max_num_reqs, self.max_num_tokens, torch.device(self.device)
         )
-        widths = []
-        for group in model.kv_cache_config.kv_cache_groups:
-            spec = group.kv_cache_spec
-            widths.append(
-                get_block_table_width(
-                    spec.max_num_blocks_per_req(vc, vc.model_config.max_model_len),
-                    spec.block_size,
-                    token_alignment=spec.block_table_token_alignment,
-                )
-            )
+        widths = [
+            block_table_width(group.kv_cache_spec, vc)
+            for group in model.kv_cache_config.kv_cache_groups
+        ]
         self.input_block_tables = [
             torch.zeros((self.max_num_reqs, w), dtype=torch.int32, device=self.device)
             for w in widths
@@ -786,7 +795,6 @@ class V1Runner(_Runner):
 
     def __init__(self, model: Model) -> None:
         import torch
-        from vllm.v1.worker.block_table import get_block_table_width
 
         super().__init__(model)
         vc = model.vllm_config
@@ -799,12 +807,7 @@ class V1Runner(_Runner):
         self.block_tables = []
         self.slot_mappings = []
         for group in model.kv_cache_config.kv_cache_groups:
-            spec = group.kv_cache_spec
-            width = get_block_table_width(
-                spec.max_num_blocks_per_req(vc, vc.model_config.max_model_len),
-                spec.block_size,
-                token_alignment=spec.block_table_token_alignment,
-            )
+            width = block_table_width(group.kv_cache_spec, vc)
             self.block_tables.append(
                 torch.zeros((self.max_num_reqs, width), dtype=torch.int32, device=dev)
             )
@@ -1011,10 +1014,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m dsv4warmup.v033.sparse_mla")
     parser.add_argument("config", help="flash | pro, optionally :{json overrides}")
-    parser.add_argument("--runners", default="v2,v1")
+    parser.add_argument("--runners", help="comma-separated (default: every runner of the tree)")
     parser.add_argument("--quick", action="store_true", help="the chunk-boundary sweep only")
     args = parser.parse_args(argv)
-    result = audit(_serving_config(args.config), args.runners.split(","), quick=args.quick)
+    if args.runners:
+        runners: Sequence[str] = args.runners.split(",")
+    else:
+        from dsv4warmup.v033 import lifecycle
+
+        runners = lifecycle.available_runners()
+    result = audit(_serving_config(args.config), runners, quick=args.quick)
     print(json.dumps(result))
 
 

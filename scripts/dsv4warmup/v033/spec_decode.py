@@ -1,9 +1,12 @@
-"""Speculative-decoding kernels of vLLM 0.33.0 for DeepSeek V4 + MTP: call sites and registration.
+"""Speculative-decoding kernels of registry-era vLLM (0.33.0, 0.34.0) for DeepSeek V4 + MTP:
+call sites and registration.
 
 Four Triton kernels:
 
 * ``eagle_prepare_next_token_padded_kernel``, ``eagle_prepare_inputs_padded_kernel``
-  and ``eagle_step_slot_mapping_metadata_kernel`` (``vllm/v1/spec_decode/utils.py``),
+  and ``eagle_step_slot_mapping_metadata_kernel`` (``vllm/v1/spec_decode/utils.py``,
+  0.33.0 only: 0.34.0 removed the V1 runner and that module with it, so a tree
+  without them has no such rows, :func:`present_kernels`),
   launched by the V1 runner's ``EagleProposer`` (``SpecDecodeBaseProposer``):
   ``prepare_next_token_ids_padded`` / ``prepare_inputs_padded`` every step of
   the padded drafter batch (the default), the step kernel once per extra draft
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,36 +49,44 @@ NEXT_TOKEN_KERNEL = "eagle_prepare_next_token_padded_kernel"
 MTP_NORM_KERNEL = "MTPSharedHeadRMSNormKernel.kernel"
 KERNELS: tuple[str, ...] = (STEP_KERNEL, PREPARE_INPUTS_KERNEL, NEXT_TOKEN_KERNEL, MTP_NORM_KERNEL)
 EAGLE_HELPERS = (STEP_KERNEL, PREPARE_INPUTS_KERNEL, NEXT_TOKEN_KERNEL)
-RUNNERS = ("v2", "v1")
+# Where the EAGLE helpers live (with the V1 proposer that launches them).
+EAGLE_HELPERS_MODULE = "vllm.v1.spec_decode.utils"
 
 Key = tuple[Any, ...]
+
+
+def present_kernels() -> tuple[str, ...]:
+    """:data:`KERNELS` the importable tree defines: the EAGLE helpers only
+    where the tree has their module."""
+    import importlib.util
+
+    if importlib.util.find_spec(EAGLE_HELPERS_MODULE) is None:
+        return tuple(k for k in KERNELS if k not in EAGLE_HELPERS)
+    return KERNELS
 
 
 # --- configuration -------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _runner_env(runner: str) -> Iterator[None]:
-    """``VLLM_USE_V2_MODEL_RUNNER`` as a user selects the runner; vLLM reads
-    it whenever ``VllmConfig.use_v2_model_runner`` is asked (also while the
-    model is built), so it stays set for the whole drive."""
-    assert runner in RUNNERS, runner
-    saved = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-        else:
-            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved
+def _runner_env(runner: str) -> contextlib.AbstractContextManager[None]:
+    """``runner`` selected as a user selects it, for the whole drive
+    (:func:`lifecycle.selected`)."""
+    from . import lifecycle
+
+    return lifecycle.selected(runner)
+
+
+def _check_runner(config: Any, runner: str) -> None:
+    from . import lifecycle
+
+    assert lifecycle.configured_runner(config) == runner, runner
 
 
 def vllm_config(cfg: ServingConfig, runner: str) -> Any:
     """The tree's ``VllmConfig`` for ``cfg`` served by ``runner``."""
     with _runner_env(runner):
         config = engine.vllm_config(cfg)
-        assert config.use_v2_model_runner == (runner == "v2"), runner
+        _check_runner(config, runner)
     return config
 
 
@@ -499,7 +509,7 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
     try:
         with _runner_env(runner):
             config = engine.vllm_config(cfg)
-            assert config.use_v2_model_runner == (runner == "v2")
+            _check_runner(config, runner)
             built = _build_models(config, runner, with_target=runner == "v1")
             with w.recording():
                 _mtp_norm_sweep(built, cfg, runner, w)
@@ -541,7 +551,7 @@ def register(vllm_config: Any, runner: str) -> None:
       ``load_model`` ("drafter_model").
     """
     with _runner_env(runner):
-        assert vllm_config.use_v2_model_runner == (runner == "v2")
+        _check_runner(vllm_config, runner)
         if vllm_config.speculative_config is None:
             return
         if runner == "v1" and vllm_config.speculative_config.use_eagle():
@@ -718,12 +728,13 @@ def report(sweep: list[dict[str, Any]]) -> list[dict[str, Any]]:
         cfg = (PRO if changes.pop("model", "flash") == "pro" else FLASH).replace(**changes)
         config = engine.vllm_config(cfg)
         runners = {}
-        for runner in RUNNERS:
+        kernels = present_kernels()
+        for runner in lifecycle.available_runners():
             runtime = runtime_keys(cfg, runner)
             run = lifecycle.warmed_keys(config, runner, [_register_own_kernels])
             runners[runner] = {
-                "runtime": {k: {repr(key): w for key, w in runtime[k].items()} for k in KERNELS},
-                "warmed": {k: sorted(repr(key) for key in run.keys.get(k, ())) for k in KERNELS},
+                "runtime": {k: {repr(key): w for key, w in runtime[k].items()} for k in kernels},
+                "warmed": {k: sorted(repr(key) for key in run.keys.get(k, ())) for k in kernels},
                 "active": sorted(run.active),
             }
         out.append({"cfg": item, "runners": runners})

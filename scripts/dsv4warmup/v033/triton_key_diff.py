@@ -37,7 +37,7 @@ def dump(group: str) -> dict[str, Any]:
     vllm_config = engine.vllm_config(cfg, audit.gpu_for(cfg))
     groups = audit.group_modules((group,))
     out: dict[str, Any] = {"triton": triton.__version__, "keys": {}}
-    for runner in lifecycle.RUNNERS:
+    for runner in lifecycle.available_runners():
         run = lifecycle.warmed_keys(
             vllm_config,
             runner,
@@ -46,7 +46,7 @@ def dump(group: str) -> dict[str, Any]:
         )
         for _, mod in groups:
             runtime = mod.runtime_keys(cfg, runner)
-            for kernel in mod.KERNELS:
+            for kernel in audit.kernels_of(mod):
                 out["keys"][f"{runner} {kernel}"] = {
                     "runtime": sorted(repr(k) for k in runtime.get(kernel, {})),
                     "warmed": sorted(repr(k) for k in run.keys.get(kernel, set())),
