@@ -1,8 +1,9 @@
 """Pristine vLLM sources: the PyPI sdist of a supported base, sha256-verified.
 
 The sdist carries the full ``vllm/`` and ``tests/`` trees. It is fetched from the
-first simple index pip is configured with that lists it (JSON, PEP 691, or HTML,
-PEP 503), verified against the hashes below, and cached.
+first simple index pip would use that lists it (JSON, PEP 691, or HTML, PEP 503):
+the index pip is configured with, or pip's own default, then its extra indexes.
+No address is written here. It is verified against the hashes below, and cached.
 """
 
 from __future__ import annotations
@@ -86,24 +87,32 @@ def _pip_config(key: str) -> str:
     return res.stdout.strip() if res.returncode == 0 else ""
 
 
-def _index_url() -> str:
-    """The simple index pip itself would use."""
-    url = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url")
+# pip's own default index, printed by pip itself: importing pip's internals
+# here would pull the stdlib distutils into the test process.
+_PIP_DEFAULT_INDEX = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
+
+
+def _pip_default_index() -> str:
+    """The index pip uses when none is configured, asked from pip."""
+    res = subprocess.run([sys.executable, "-c", _PIP_DEFAULT_INDEX], capture_output=True, text=True)
+    url = res.stdout.strip() if res.returncode == 0 else ""
     if not url:
-        # pip's own default, asked in a subprocess: importing pip's internals
-        # here would pull the stdlib distutils into the test process.
-        # Without pip at all (a bare python3), PyPI's.
-        res = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from pip._internal.models.index import PyPI; print(PyPI.simple_url)",
-            ],
-            capture_output=True,
-            text=True,
+        why = (res.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise SourceError(
+            "no package index to fetch vLLM's sources from: PIP_INDEX_URL is not set, pip "
+            f"has no global.index-url, and pip cannot be asked for its default "
+            f"({sys.executable}: {why}); configure an index: "
+            "`export PIP_INDEX_URL=<simple index URL>` or "
+            "`pip config set global.index-url <simple index URL>`"
         )
-        url = res.stdout.strip() if res.returncode == 0 else "https://pypi.org/simple"
-    return url.rstrip("/")
+    return url
+
+
+def _index_url() -> str:
+    """The simple index pip itself would use: PIP_INDEX_URL, else pip's
+    configured global.index-url, else pip's own default."""
+    url = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url")
+    return (url or _pip_default_index()).rstrip("/")
 
 
 def _index_urls() -> list[str]:

@@ -1,5 +1,6 @@
 """Downloads of pristine sources: a dropped connection is tried again, a wrong
-answer is not, and a failed download leaves nothing in the cache."""
+answer is not, and a failed download leaves nothing in the cache; the index is
+the one pip is configured with, else pip's own default, never one of ours."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import email.message
 import hashlib
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import urllib.error
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dsv4warmup import sources
+from dsv4warmup.paths import REPO
 
 PAYLOAD = b"not really an sdist\n" * 100
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -225,3 +231,93 @@ def test_extra_indexes_come_from_pip(monkeypatch: pytest.MonkeyPatch) -> None:
         "https://two.example/simple",
         "file:///opt/three",
     ]
+
+
+# --------------------------------------------------------------------------
+# Which index: pip's configuration, else pip's own default; no address of our own
+
+
+def _local_index(tmp_path: Path) -> Path:
+    """A PEP 503 folder index (as pip reads a file: index) holding one file."""
+    simple = tmp_path / "simple"
+    (simple / "vllm").mkdir(parents=True)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "vllm-9.9.9.tar.gz").write_bytes(PAYLOAD)
+    (simple / "vllm" / "index.html").write_text(
+        '<a href="../../files/vllm-9.9.9.tar.gz#sha256=' + SHA + '">vllm-9.9.9.tar.gz</a>'
+    )
+    return simple
+
+
+def _no_pip_config(monkeypatch: pytest.MonkeyPatch, config: Path | None = None) -> None:
+    """pip reads ``config`` only (os.devnull: no configuration file at all)."""
+    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config) if config else os.devnull)
+
+
+@pytest.mark.parametrize("how", ["pip.conf", "PIP_INDEX_URL"])
+def test_the_configured_index_is_used(
+    how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An index configured for pip (its configuration file, read through
+    `pip config`, or PIP_INDEX_URL) is where the file comes from."""
+    index = _local_index(tmp_path).as_uri()
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {index}/\n")
+    _no_pip_config(monkeypatch, conf if how == "pip.conf" else None)
+    if how == "PIP_INDEX_URL":
+        monkeypatch.setenv("PIP_INDEX_URL", index + "/")
+    monkeypatch.setattr(sources, "CACHE", tmp_path / "cache")
+    assert sources._index_urls()[0] == index  # a machine-wide pip.conf may add extra ones
+    path = sources.cached_release_file("vllm-9.9.9.tar.gz", SHA, "sdist")
+    assert path == tmp_path / "cache" / "sdist" / "vllm-9.9.9.tar.gz"
+    assert path.read_bytes() == PAYLOAD
+
+
+def test_without_configuration_pip_default_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No index configured: the one pip itself says is its default (its
+    `--index-url` help), asked without any network."""
+    _no_pip_config(monkeypatch)
+    helped = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    m = re.search(r"\(default\s+(\S+?)\)", " ".join(helped.split()))
+    assert m, helped
+    assert sources._index_urls() == [m.group(1).rstrip("/")]
+
+
+def test_without_pip_and_configuration_the_error_says_to_configure_one(tmp_path: Path) -> None:
+    """A Python without pip and no index set: a clear error, no guessed address."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True
+    )
+    python = tmp_path / "bare" / "bin" / "python"
+    probe = (
+        "from dsv4warmup import sources\n"
+        "try:\n"
+        "    print(sources._index_urls())\n"
+        "except sources.SourceError as e:\n"
+        "    print('error:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")}
+    env.update(PYTHONPATH=str(REPO / "scripts"), PIP_CONFIG_FILE=os.devnull)
+    res = subprocess.run([str(python), "-c", probe], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert out.startswith("error: no package index to fetch vLLM's sources from"), out
+    assert "No module named 'pip'" in out and "PIP_INDEX_URL" in out
+    assert "pip config set global.index-url" in out
+
+
+def test_no_registry_address_in_the_code() -> None:
+    """The index comes from pip; scripts/ and tests/ name no registry host."""
+    hosts = ("pypi" + ".org", "files" + ".pythonhosted")
+    for folder in ("scripts", "tests"):
+        for f in (REPO / folder).rglob("*"):
+            if f.is_file() and f.suffix in (".py", ".sh", ".txt", ".toml", ".cfg", ".ini"):
+                text = f.read_text(errors="replace")
+                assert not any(h in text for h in hosts), f
