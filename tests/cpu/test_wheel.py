@@ -414,3 +414,17 @@ def test_real_official_wheel(big_tmp: Path) -> None:
     where, version = res.stdout.split()[-2:]
     assert where == str(site / "vllm/models/deepseek_v4/sparse_mla.py")
     assert version == built.version
+
+
+def test_every_supported_base_has_its_official_wheel() -> None:
+    """`make wheel BASE=<base>` can fetch the official x86_64 wheel of every
+    base a series exists for (0.34.0's is known ahead of its series)."""
+    from dsv4warmup import sources
+
+    bases = series_mod.available_bases()
+    assert set(bases) | {"0.34.0"} <= set(wheel_mod.OFFICIAL_WHEELS)
+    assert set(wheel_mod.OFFICIAL_WHEELS) <= set(sources.SDIST_SHA256)
+    for base, (filename, sha256) in wheel_mod.OFFICIAL_WHEELS.items():
+        assert filename == f"vllm-{base}-cp38-abi3-manylinux_2_28_x86_64.whl"
+        assert len(sha256) == 64 and int(sha256, 16) >= 0
+    assert sources.DEFAULT_BASE in wheel_mod.OFFICIAL_WHEELS
