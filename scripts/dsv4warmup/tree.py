@@ -179,12 +179,15 @@ def nearest_base(
     tree: Path, table: dict[str, dict[str, str | None]] | None = None
 ) -> Nearest | None:
     """The supported base with the fewest files differing from ``tree``
-    (the newer one on a tie); None when no series exists."""
+    (the newer one on a tie); None when no series exists or the tree holds
+    none of any base's files as that base has it (nothing to compare)."""
     table = load_fingerprints() if table is None else table
     best: Nearest | None = None
     for base in sorted(series_mod.available_bases(), key=_release_key, reverse=True):
         fp = base_fingerprint(table, base)
         current = tree_fingerprint(tree, fp)
+        if not any(h is not None and current[p] == h for p, h in fp.items()):
+            continue
         differ = {
             p: "not in this tree"
             if current[p] is None

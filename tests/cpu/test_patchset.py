@@ -222,6 +222,19 @@ def test_not_a_vllm_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "not a vLLM source tree" in capsys.readouterr().err
 
 
+def test_a_tree_of_no_known_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A vllm/ folder holding none of the files any base has, declaring no
+    version: refused as unknown, with no made-up closest base."""
+    (tmp_path / "vllm").mkdir()
+    assert run_cli("check", "--tree", str(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot tell which vLLM release this tree is"), err
+    assert "closest" not in err and f"{tmp_path} is unchanged" in err
+    assert run_cli("status", "--tree", str(tmp_path)) == 0
+    assert "state:   unknown: cannot tell" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm"]
+
+
 def test_conflicting_local_edit_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
