@@ -16,6 +16,17 @@ UPSTREAM_TESTS = (
     "tests/model_executor/test_jit_warmup.py",
     "tests/model_executor/test_triton_dispatcher.py",
     "tests/model_executor/test_jit_warmup_triton_launcher.py",
+    # what the tests 0.34.0's series extends import beside vllm/
+    "tests/__init__.py",
+    "tests/utils.py",
+    "tests/v1/__init__.py",
+    "tests/v1/attention/utils.py",
+    "tests/v1/worker/__init__.py",
+    "tests/kernels/__init__.py",
+    "tests/kernels/mhc/__init__.py",
+    "tests/jit_monitor/__init__.py",
+    "tests/jit_monitor/conftest.py",
+    "tests/utils_/__init__.py",
 )
 
 

@@ -42,6 +42,38 @@ phase_upstream() {  # UPSTREAM_TREES (default TREES) / UPSTREAM_TESTS select wha
   done
 }
 
+# The tests the series adds to the vLLM tree, on each tree of TREE_TEST_TREES (default
+# "pristine patched"), always in the patched tree's version: a test that fails on pristine
+# and passes patched shows its bug. Each
+# entry of TREE_TESTS is FILE[::-k EXPR]; vLLM's tests/conftest.py needs more than the lab
+# has, so the fixtures come from scripts/dsv4warmup/gpu/tree_test_fixtures.py.
+TREE_TESTS_034="tests/kernels/attention/test_flashmla_sparse.py::-k c128a
+tests/v1/attention/test_deepseek_v4_swa_visible.py::-k combine_topk_swa_prefill_chunks
+tests/kernels/mhc/test_mhc_jit_warmup.py::-k warmup_keys_are_the_runtime_keys
+tests/jit_monitor/test_hooks_gpu.py::-k count_jit_compiles
+tests/v1/worker/test_gpu_model_runner_v2.py::-k registers_draft_model_jit_warmups
+tests/utils_/test_extensible_tensor.py::-k backed_rows"
+phase_tree_tests() {
+  for t in ${TREE_TEST_TREES:-pristine patched}; do
+    ( lab $t; cd "$DSV4_VLLM_TREE" && echo "${TREE_TESTS:-$TREE_TESTS_034}" | while read -r entry; do
+        file=${entry%%::*}; sel=${entry#*::}; [ "$sel" = "$entry" ] && sel=""
+        echo "### tree test on $t: $file $sel"
+        # the series' version of the test against this tree's code (pristine: fails before)
+        [ "$t" != patched ] && cp /tmp/lab-patched/tree/"$file" "$file"
+        confcut="--noconftest -p dsv4warmup.gpu.tree_test_fixtures"
+        [ -f "$(dirname "$file")/conftest.py" ] && confcut="--confcutdir $(dirname "$file") -p dsv4warmup.gpu.tree_test_fixtures"
+        PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout -k 5 ${PHASE_TIMEOUT:-300} python3 -m pytest -q -rfE \
+          -p no:cacheprovider $confcut "$file" $sel 2>&1 | tail -n 40
+        echo "### $t $file: exit ${PIPESTATUS[0]}"
+      done )
+  done
+}
+
+phase_extensible() {  # the C128A bound under an extensible KV cache: memcheck, growth
+  ( lab patched; cd "$REPO" && timeout ${PHASE_TIMEOUT:-600} python3 \
+      scripts/dsv4warmup/gpu/c128a_extensible_check.py --pristine-tree /tmp/lab-pristine/tree 2>&1 )
+}
+
 phase_gpu() {
   ( lab patched; cd "$REPO" && echo "### our GPU tests (patched tree, forked)" &&
     timeout ${PHASE_TIMEOUT:-1500} python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu} 2>&1 )
@@ -61,7 +93,7 @@ phase_sanitizer() {  # memcheck on garbage input (pristine vs patched) + guard o
   ( lab patched; cd "$REPO" && for round in $(seq "${C128A_ROUNDS:-1}"); do
       echo "### c128a_guard_check --mode ${C128A_MODE:-all}, round $round"
       timeout ${PHASE_TIMEOUT:-900} python3 scripts/dsv4warmup/gpu/c128a_guard_check.py \
-        --pristine-tree /tmp/lab-pristine/tree --mode "${C128A_MODE:-all}" 2>&1 || exit
+        --pristine-tree /tmp/lab-pristine/tree --mode "${C128A_MODE:-all}" ${C128A_ARGS:-} 2>&1 || exit
     done )
 }
 

@@ -236,11 +236,28 @@ def time_abba(
     return statistics.mean(a), statistics.mean(b)
 
 
-def bench(pristine: ModuleType, patched: ModuleType) -> None:
+def bench(
+    pristine: ModuleType,
+    patched: ModuleType,
+    sum_free: ModuleType | None = None,
+    rounds: int = 1,
+) -> None:
+    """Patched against pristine, ABBA; with ``sum_free`` (a kernel with
+    0.34.0's length change and no guard) also sum-free against pristine and
+    patched against sum-free, so each change's cost is its own."""
     import torch
     import triton
 
-    print(f"{'case':<34} {'unpatched us':>13} {'patched us':>11} {'overhead':>9}")
+    pairs: list[tuple[str, ModuleType, bool, ModuleType, bool]] = [
+        ("patched vs unpatched", pristine, False, patched, True)
+    ]
+    if sum_free is not None:
+        pairs = [
+            ("sum-free vs unpatched", pristine, False, sum_free, False),
+            ("guard vs sum-free", sum_free, False, patched, True),
+            *pairs,
+        ]
+    print(f"{'case':<34} {'pair':<22} {'first us':>9} {'second us':>10} {'change':>8}")
     for max_model_len, label in ((65536, "width 512"), (1048576, "width 8192")):
         for decode, prefill, kind in ((8192, 0, "decode"), (4096, 4096, "mixed")):
             b = make_batch(max_model_len, decode, prefill)
@@ -248,19 +265,25 @@ def bench(pristine: ModuleType, patched: ModuleType) -> None:
                 timer = getattr(triton.testing, timer_name, None)
                 if timer is None:
                     continue
-                times = time_abba(
-                    timer,
-                    lambda b=b: launch(pristine, b, False),
-                    lambda b=b: launch(patched, b, True),
-                )
                 case = f"8192 tok {kind}, {label}, {timer_name.replace('do_bench', 'bench')}"
-                print(
-                    f"{case:<34} {times[0]:>13.2f} {times[1]:>11.2f} "
-                    f"{100 * (times[1] / times[0] - 1):>8.1f}%"
-                )
+                for pair, first, first_patched, second, second_patched in pairs:
+                    times = time_abba(
+                        timer,
+                        lambda b=b, m=first, p=first_patched: launch(m, b, p),
+                        lambda b=b, m=second, p=second_patched: launch(m, b, p),
+                        rounds,
+                    )
+                    print(
+                        f"{case:<34} {pair:<22} {times[0]:>9.2f} {times[1]:>10.2f} "
+                        f"{100 * (times[1] / times[0] - 1):>7.1f}%"
+                    )
             # Same results on valid inputs.
             outs = [launch_outputs(pristine, b, False), launch_outputs(patched, b, True)]
-            same = all(torch.equal(x, y) for x, y in zip(*outs, strict=True))
+            if sum_free is not None:
+                outs.append(launch_outputs(sum_free, b, False))
+            same = all(
+                torch.equal(x, y) for out in outs[1:] for x, y in zip(outs[0], out, strict=True)
+            )
             print(f"  valid inputs, identical outputs: {same}")
 
 
@@ -301,6 +324,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pristine-tree", type=Path, required=True)
     parser.add_argument("--mode", choices=("all", "unpatched", "patched", "bench"), default="all")
+    parser.add_argument(
+        "--sum-free-tree",
+        type=Path,
+        help="a tree with the length change and no guard (0.34.0's series less 0005): "
+        "bench times each change against the one before",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="ABBA rounds per timing")
     args = parser.parse_args()
 
     if args.mode == "unpatched":
@@ -308,8 +338,12 @@ def main() -> int:
     if args.mode == "patched":
         return run_garbage(load_patched(), patched=True)
     pristine, patched = load_pristine(args.pristine_tree), load_patched()
+    sum_free = None
+    if args.sum_free_tree is not None:
+        path = args.sum_free_tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
+        sum_free = load_module(path, "sum_free_sparse_mla")
     if args.mode == "bench":
-        bench(pristine, patched)
+        bench(pristine, patched, sum_free, args.rounds)
         return 0
 
     status = 0
@@ -323,7 +357,7 @@ def main() -> int:
         if unpatched_errors <= 0 or patched_errors != 0:
             print("UNEXPECTED: want errors from the unpatched kernel and none from the patched")
             status = 1
-    bench(pristine, patched)
+    bench(pristine, patched, sum_free, args.rounds)
     return status
 
 
