@@ -437,8 +437,11 @@ def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:
 
 
 def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
+    from dsv4warmup.v033 import lifecycle
+
     spec = vc.speculative_config
     cc = vc.compilation_config
+    extensible = getattr(vc.cache_config, "enable_extensible_kv_cache", None)
     return {
         "model": str(vc.model_config.model),
         "max_model_len": vc.model_config.max_model_len,
@@ -456,7 +459,9 @@ def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
         "enable_jit_warmup": bool(getattr(vc.kernel_config, "enable_jit_warmup", True)),
         "cudagraph_mode": str(cc.cudagraph_mode),
         "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes or []),
-        "use_v2_model_runner": bool(getattr(vc, "use_v2_model_runner", True)),
+        "use_v2_model_runner": lifecycle.configured_runner(vc) == "v2",
+        # 0.34.0 on: the KV cache reserves its capacity and commits a prefix
+        **({} if extensible is None else {"enable_extensible_kv_cache": bool(extensible)}),
         "gpu": point.gpu,
         "sm_count": SM_COUNT[point.gpu],
         "deep_gemm": point.deep_gemm,

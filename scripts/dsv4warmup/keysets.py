@@ -197,13 +197,17 @@ def _seed_layout_sweeps() -> list[Sweep]:
     return [*_spec_decode_sweeps(), *_sparse_mla_sweeps(), *_mhc_sweeps()]
 
 
-def _v033_sweeps() -> list[Sweep]:
-    """0.33.0's drivers (``dsv4warmup.v033``), one configuration per group and
-    runner: the report's deployment, with k=2 and a 100k context where the
-    EAGLE helpers depend on them. Each driver sweeps its own batches (every
-    request count / token count the configuration allows)."""
+def _registry_era_sweeps() -> list[Sweep]:
+    """The registry-era drivers (``dsv4warmup.v033``: 0.33.0, 0.34.0), one
+    configuration per group and runner: the report's deployment, with k=2 and
+    a 100k context where the EAGLE helpers depend on them. Each driver sweeps
+    its own batches (every request count / token count the configuration
+    allows). A runner the tree lacks (V1 from 0.34.0 on) has no sweep there
+    (:func:`key_sets_of_tree`)."""
+    from .v033.lifecycle import RUNNERS
+
     out = []
-    for runner in ("v2", "v1"):
+    for runner in RUNNERS:
         out += [
             Sweep(
                 "spec_decode",
@@ -249,6 +253,11 @@ _V033_INTENDED = (
     ),
 )
 
+# 0.34.0 has no V1 runner, hence no EAGLE step kernel (0004 is 0.33.0 only).
+# The C128A guard's parameters as 0.33.0's 0001 names them: compare() calls an
+# entry stale if the 0.34.0 series names them otherwise.
+_V034_INTENDED = tuple(i for i in _V033_INTENDED if i.kernel.startswith("BuildC128A"))
+
 _SEED_LAYOUT_INTENDED = (
     Intended(
         "_build_c128a_topk_metadata_kernel",
@@ -264,7 +273,8 @@ _SEED_LAYOUT_INTENDED = (
 _BASES: dict[str, tuple[Callable[[], list[Sweep]], tuple[Intended, ...]]] = {
     "0.25.1": (_seed_layout_sweeps, _SEED_LAYOUT_INTENDED),
     "0.26.0": (_seed_layout_sweeps, _SEED_LAYOUT_INTENDED),
-    "0.33.0": (_v033_sweeps, _V033_INTENDED),
+    "0.33.0": (_registry_era_sweeps, _V033_INTENDED),
+    "0.34.0": (_registry_era_sweeps, _V034_INTENDED),
 }
 
 
@@ -368,11 +378,17 @@ def _from_json(data: dict[str, dict[str, list[list[list[str]]]]]) -> KeySets:
 def key_sets_of_tree(tree: Path, sweep_list: list[Sweep]) -> KeySets:
     """:func:`record` in a fresh interpreter importing ``tree``; one per kernel
     group when the sweeps name their own drivers (0.33.0's stand in for
-    different GPU-only packages, and vLLM caches what it finds installed)."""
+    different GPU-only packages, and vLLM caches what it finds installed).
+    A sweep of a model runner ``tree`` does not have is left out."""
     from .trees import json_from_tree
+    from .v033.lifecycle import runners_in_tree
 
+    runners = runners_in_tree(tree)
     batches: dict[str, list[Sweep]] = {}
     for sweep in sweep_list:
+        runner = sweep.options.get("runner")
+        if runner is not None and runner not in runners:
+            continue
         batches.setdefault(sweep.group if sweep.driver else "", []).append(sweep)
     out: KeySets = {}
     for batch in batches.values():

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 from dsv4warmup import configspace, series, trees
+from dsv4warmup.generation import is_registry_era
 from dsv4warmup.paths import REPO
 
 EXAMPLES = int(os.environ.get("DSV4_AUDIT_EXAMPLES", "2"))
@@ -56,21 +57,22 @@ def _has_patched(base: str) -> bool:  # without building the tree at collection
     )
 
 
-BASES = [b for b in ("0.33.0", "0.26.0", "0.25.1") if _has_patched(b)]
+BASES = [b for b in ("0.34.0", "0.33.0", "0.26.0", "0.25.1") if _has_patched(b)]
 
 
 # Boundaries the property audit found that the patch series does not fix yet:
 # (base, predicate on the audited record, kernels, reason). A run whose only
 # misses match these is an xfail naming them; any other miss fails.
 ALL = None  # every kernel
-KNOWN: tuple[tuple[str, Any, Any, str], ...] = (
+KNOWN: tuple[tuple[str, Any, Any, str], ...] = tuple(
     (
-        "0.33.0",
+        base,
         lambda rec: rec["config"].get("enable_jit_warmup") is False,
         ALL,
-        "vLLM 0.33.0 turns its JIT warmup off under --enforce-eager "
+        f"vLLM {base} turns its JIT warmup off under --enforce-eager "
         "(kernel_config.enable_jit_warmup=False): every key compiles on first use",
-    ),
+    )
+    for base in ("0.34.0", "0.33.0")
 )
 
 
@@ -90,15 +92,15 @@ def _reproduce(base: str, rec: dict[str, Any]) -> str:
 
 
 def _sample(tree: Path, base: str, args: list[Any]) -> dict[str, Any]:
-    """The hypothesis run in the tree's interpreter; 0.33.0: one interpreter
-    per kernel group (as ``audit.rows_for_tree``), same seed, so the same
-    draws; their records merged per point."""
+    """The hypothesis run in the tree's interpreter; registry era (0.33.0 on):
+    one interpreter per kernel group (as ``audit.rows_for_tree``), same seed,
+    so the same draws; their records merged per point."""
 
     def run(extra: list[str]) -> dict[str, Any]:
         arg = json.dumps([*args, *extra])
         return trees.json_from_tree(tree, "-m", "dsv4warmup.configspace", "--sample", arg)
 
-    if base != "0.33.0":
+    if not is_registry_era(base):
         return run([])
     from concurrent.futures import ThreadPoolExecutor
 
@@ -210,11 +212,11 @@ def _bad_points(files: dict[str, str]) -> list[tuple[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("base", ["0.33.0", "0.26.0", "0.25.1"])
+@pytest.mark.parametrize("base", ["0.34.0", "0.33.0", "0.26.0", "0.25.1"])
 def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -> None:
     """All refusals resolved in one interpreter of the pristine tree."""
     cases = _bad_points(config_files)
-    if base != "0.33.0":  # vLLM maps auto to fp8 for DeepSeek V4 only from 0.33.0 on
+    if not is_registry_era(base):  # vLLM maps auto to fp8 for DeepSeek V4 from 0.33.0 on
         cases.append(("--kv-cache-dtype auto", "--kv-cache-dtype"))
     good = (
         "--max-model-len 4096 --max-num-seqs 8 --kv-cache-dtype fp8 "
@@ -230,6 +232,11 @@ def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -
     assert (config["block_size"], config["num_speculative_tokens"]) == (256, 2)
     # vllm serve's default budget on an H200 (its usage context), not EngineArgs' 2048
     assert config["max_num_batched_tokens"] == 8192 and config["serve_args"] == shlex.split(good)
+    # the runner vllm serve starts for DeepSeek V4 + MTP: V2 from 0.33.0 on
+    # (0.34.0 has no other); 0.34.0's KV cache is extensible
+    assert config["use_v2_model_runner"] is is_registry_era(base)
+    if base == "0.34.0":
+        assert config["enable_extensible_kv_cache"] is True
     for (args, flag), res in zip(cases, out, strict=True):
         assert "error" in res, (args, res.get("config"))
         flags = flag if isinstance(flag, tuple) else (flag,)

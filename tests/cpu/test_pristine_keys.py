@@ -12,11 +12,15 @@ base, side by side.
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from dsv4warmup import keysets, series, trees
+from dsv4warmup.generation import is_registry_era
+from dsv4warmup.v033.lifecycle import runners_in_tree
 
 # Every kernel the sweeps must reach, so an empty comparison cannot pass.
 REACHED_SEED_LAYOUT = {
@@ -39,6 +43,12 @@ REACHED_SEED_LAYOUT = {
 
 
 # 0.33.0 renamed the owners: Triton rows by qualified name, mHC by factory.
+# The EAGLE helpers are launched by Model Runner V1 only (gone in 0.34.0).
+EAGLE_HELPERS = {
+    "eagle_prepare_next_token_padded_kernel",
+    "eagle_prepare_inputs_padded_kernel",
+    "eagle_step_slot_mapping_metadata_kernel",
+}
 REACHED_V033 = {
     "spec_decode": {
         "eagle_prepare_next_token_padded_kernel",
@@ -58,7 +68,11 @@ REACHED_V033 = {
 
 
 def reached(base: str) -> dict[str, set[str]]:
-    return REACHED_V033 if base.startswith("0.33.") else REACHED_SEED_LAYOUT
+    if not is_registry_era(base):
+        return REACHED_SEED_LAYOUT
+    if "v1" in runners_in_tree(trees.pristine_tree(base)):
+        return REACHED_V033
+    return {g: kernels - EAGLE_HELPERS for g, kernels in REACHED_V033.items()}
 
 
 def _both_trees(base: str) -> tuple[keysets.KeySets, keysets.KeySets]:
@@ -107,6 +121,31 @@ def test_compare_reports_each_kind_of_difference() -> None:
     assert any("stale" in p for p in keysets.compare(pristine, stale, [_ADDED]))
     # A sweep one side lacks.
     assert keysets.compare(pristine, {}, [_ADDED])
+
+
+def test_registry_era_runners_come_from_the_tree() -> None:
+    """The sweeps of a model runner a tree does not have are left out (0.34.0
+    removed V1), read from the tree's files; an older tree keeps both."""
+    assert runners_in_tree(trees.pristine_tree("0.33.0")) == ("v2", "v1")
+    assert runners_in_tree(trees.pristine_tree("0.34.0")) == ("v2",)
+    runners = {s.options["runner"] for s in keysets.sweeps("0.34.0")}
+    assert runners == {"v2", "v1"}  # the same sweeps as 0.33.0; the tree decides
+    assert reached("0.34.0")["spec_decode"] == {"MTPSharedHeadRMSNormKernel.kernel"}
+
+
+@pytest.mark.parametrize(("base", "runners"), [("0.33.0", {"v2", "v1"}), ("0.34.0", {"v2"})])
+def test_key_sets_of_tree_drive_the_tree_runners_only(
+    base: str, runners: set[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driven: list[dict[str, Any]] = []
+
+    def record(tree: Any, *args: str) -> dict[str, Any]:
+        driven.extend(json.loads(args[-1]))
+        return {}
+
+    monkeypatch.setattr(trees, "json_from_tree", record)
+    keysets.key_sets_of_tree(trees.pristine_tree(base), keysets.sweeps("0.34.0"))
+    assert {s["options"]["runner"] for s in driven} == runners
 
 
 def test_every_base_with_a_series_has_sweeps() -> None:

@@ -10,6 +10,8 @@ compiles recorded at the same factories. Each tree runs in its own interpreter.
 
 The patched tree is ``trees.patched_tree("0.33.0")`` once ``patches/v0.33.0``
 exists; ``DSV4_V033_PATCHED_TREE`` names another (e.g. a dev tree) instead.
+Pristine 0.34.0 (the same drivers, Model Runner V2 only) is audited for the
+report's deployment: the same keys as 0.33.0's V2, launched and warmed.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ CASES: tuple[tuple[str, ServingConfig, bool], ...] = (
 )
 
 
-def _case_json() -> str:
+def _case_json(cases: tuple[tuple[str, ServingConfig, bool], ...] = CASES) -> str:
     return json.dumps(
-        [{"name": name, "cfg": dataclasses.asdict(cfg), "deep_gemm": dg} for name, cfg, dg in CASES]
+        [{"name": name, "cfg": dataclasses.asdict(cfg), "deep_gemm": dg} for name, cfg, dg in cases]
     )
 
 
@@ -58,14 +60,18 @@ def _patched_tree() -> Path | None:
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, Any]:
-    """``{"pristine": report, "patched": report or None}``, both trees at once."""
+    """``{"pristine": report, "patched": report or None, "pristine_0.34.0":
+    report of the first case}``, two trees at a time."""
     pristine = trees.pristine_tree("0.33.0")
     patched = _patched_tree()
-    todo = {"pristine": pristine} | ({"patched": patched} if patched else {})
-    with ThreadPoolExecutor(len(todo)) as pool:
+    todo = {"pristine": (pristine, CASES)} | ({"patched": (patched, CASES)} if patched else {})
+    todo["pristine_0.34.0"] = (trees.pristine_tree("0.34.0"), CASES[:1])
+    with ThreadPoolExecutor(2) as pool:
         futures = {
-            name: pool.submit(trees.json_from_tree, tree, "-m", "dsv4warmup.v033.mhc", _case_json())
-            for name, tree in todo.items()
+            name: pool.submit(
+                trees.json_from_tree, tree, "-m", "dsv4warmup.v033.mhc", _case_json(cases)
+            )
+            for name, (tree, cases) in todo.items()
         }
         out = {name: f.result() for name, f in futures.items()}
     out.setdefault("patched", None)
@@ -134,6 +140,18 @@ def test_pristine_audit_reports_the_wasted_single_split_key(
         witness = {_n_splits(k): w for k, w in rows[WITH_NORM]["runtime"].items()}
         assert witness[33].startswith(f"{runner}: target forward + MTP draft step 0, 193 tokens")
         assert "deep_gemm=on" in witness[33]
+
+
+def test_pristine_0_34_0_is_0_33_0_on_model_runner_v2(reports: dict[str, Any]) -> None:
+    """0.34.0 removed Model Runner V1; mHC's kernels, wrappers and warmup are
+    0.33.0's (the new in-place residual variant of the fused post + pre calls
+    the same factories), so V2 launches and warms the same keys."""
+    case = CASES[0][0]
+    new, old = reports["pristine_0.34.0"][case], reports["pristine"][case]["v2"]
+    assert set(new) == {"v2"}
+    for kernel, row in old.items():
+        for side in ("runtime", "warmed"):
+            assert set(new["v2"][kernel][side]) == set(row[side]), (kernel, side)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

@@ -2,9 +2,9 @@
 
 ``dsv4warmup.v033.sparse_mla`` drives each tree's real call sites (layers,
 KV cache planner, metadata builders, ``forward_mqa``) over the chunk-boundary
-sweep of DeepSeek V4 Flash for both model runners, and the real start-up
-lifecycle (``dsv4warmup.v033.lifecycle``) for what the tree warms. Each tree
-runs in a fresh interpreter (``trees.json_from_tree``).
+sweep of DeepSeek V4 Flash for every model runner of the tree, and the real
+start-up lifecycle (``dsv4warmup.v033.lifecycle``) for what the tree warms.
+Each tree runs in a fresh interpreter (``trees.json_from_tree``).
 
 * pristine: ``CombineTopkSwaIndicesKernel`` misses the ten keys whose
   ``gather_lens`` slice is not 16-byte aligned (a prefill chunk starting at a
@@ -13,6 +13,8 @@ runs in a fresh interpreter (``trees.json_from_tree``).
 * patched: every runtime key is warmed, nothing else is.
 * the patches change no launch, except the C128A kernel's three new bounds,
   which are unspecialized.
+* pristine 0.34.0 (the same drivers; Model Runner V2 only, V1 is gone): the
+  same gaps, and its runtime and warmed keys are 0.33.0's V2 keys.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import pytest
 C128A = "BuildC128ATopkMetadataKernel.kernel"
 COMBINE = "CombineTopkSwaIndicesKernel.kernel"
 RUNNERS = ("v2", "v1")
+# (base, runner) of the pristine trees: 0.34.0 has no V1 runner.
+PRISTINE = [("0.33.0", "v2"), ("0.33.0", "v1"), ("0.34.0", "v2")]
 # Specialization positions of the combine kernel's pointers.
 COMBINE_PTRS = {"topk_indices": 3, "query_start_loc": 5, "seq_lens": 6, "gather_lens": 7}
 # The patched C128A kernel's guard bounds: block_table_rows, readable_width,
@@ -48,10 +52,11 @@ def _patched_tree() -> Path:
 
 
 @functools.cache
-def _audit(which: str) -> dict[str, Any]:
+def _audit(which: str, base: str = "0.33.0") -> dict[str, Any]:
+    """The ``--quick`` audit of every runner of the tree, as JSON by runner."""
     from dsv4warmup import trees
 
-    tree = trees.pristine_tree("0.33.0") if which == "pristine" else _patched_tree()
+    tree = trees.pristine_tree(base) if which == "pristine" else _patched_tree()
     return trees.json_from_tree(tree, "-m", "dsv4warmup.v033.sparse_mla", "flash", "--quick")
 
 
@@ -63,9 +68,9 @@ def _aligned(key: str, pointer: str) -> bool:
     return _spec(key)[COMBINE_PTRS[pointer]][1] == "D"
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_pristine_audit_reports_the_gaps(runner: str) -> None:
-    rows = _audit("pristine")[runner]
+@pytest.mark.parametrize(("base", "runner"), PRISTINE)
+def test_pristine_audit_reports_the_gaps(base: str, runner: str) -> None:
+    rows = _audit("pristine", base)[runner]
     c128a, combine = rows[C128A], rows[COMBINE]
     assert (len(c128a["runtime"]), len(c128a["warmed"])) == (1, 1)
     assert set(c128a["runtime"]) == set(c128a["warmed"])
@@ -117,3 +122,14 @@ def test_patched_launches_equal_pristine(runner: str) -> None:
     assert {_without_bounds(k) for k in patched[C128A]["runtime"]} == {
         ast.literal_eval(k) for k in pristine[C128A]["runtime"]
     }
+
+
+def test_pristine_0_34_0_is_0_33_0_on_model_runner_v2() -> None:
+    """vLLM 0.34.0 removed Model Runner V1; its V2 call sites launch, and its
+    start-up warms, exactly 0.33.0's V2 keys (sparse_mla.py is byte-identical,
+    the combine warmup's three alignments unchanged)."""
+    new, old = _audit("pristine", "0.34.0"), _audit("pristine", "0.33.0")
+    assert set(new) == {"v2"} and set(old) == set(RUNNERS)
+    for kernel in (C128A, COMBINE):
+        for side in ("runtime", "warmed"):
+            assert set(new["v2"][kernel][side]) == set(old["v2"][kernel][side]), (kernel, side)

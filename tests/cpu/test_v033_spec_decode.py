@@ -15,6 +15,10 @@ in its own interpreter (``trees.json_from_tree``), the two trees side by side.
   intentional change (one variant, its scalars no longer specialized).
 * The patched step kernel, run by the Triton interpreter, writes what the
   pristine kernel and a torch reference write.
+* Pristine 0.34.0 (the same drivers): Model Runner V2 only, no EAGLE helper
+  (V1 and ``vllm/v1/spec_decode/utils.py`` are gone), and the MTP norm missed
+  as in 0.33.0 (the speculator's ``load_model`` still runs outside the
+  active registry).
 """
 
 from __future__ import annotations
@@ -119,6 +123,9 @@ def results() -> dict[str, Any]:
         if tree is not None:
             jobs[name] = (tree, "-m", "dsv4warmup.v033.spec_decode", "report", sweep)
             jobs[f"{name}_interpret"] = (tree, "-c", _INTERPRET, cases)
+    jobs["pristine_0.34.0"] = (
+        trees.pristine_tree("0.34.0"), "-m", "dsv4warmup.v033.spec_decode", "report", sweep
+    )  # fmt: skip
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(trees.json_from_tree, *job) for name, job in jobs.items()}
         return {name: f.result() for name, f in futures.items()}
@@ -134,7 +141,7 @@ def _rows(report: list[dict[str, Any]]) -> dict[tuple[int, str, str], dict[str, 
     rows = {}
     for i, entry in enumerate(report):
         for runner, data in entry["runners"].items():
-            for kernel in KERNELS:
+            for kernel in data["runtime"]:
                 runtime, warmed = data["runtime"][kernel], set(data["warmed"][kernel])
                 missing = {k: w for k, w in runtime.items() if k not in warmed}
                 rows[(i, runner, kernel)] = dict(
@@ -186,6 +193,20 @@ def test_pristine_audit_reports_the_gaps(results: dict[str, Any]) -> None:
     for entry in results["pristine"]:
         for data in entry["runners"].values():
             assert "drafter_model" not in data["active"]
+
+
+def test_pristine_0_34_0_misses_the_mtp_norm_on_model_runner_v2(results: dict[str, Any]) -> None:
+    rows = _rows(results["pristine_0.34.0"])
+    counts = {
+        key: (r["runtime"], r["warmed"], r["missing"], r["wasted"]) for key, r in rows.items()
+    }
+    # V2 only; the EAGLE helpers are no rows (the tree does not define them).
+    assert counts == {key: c for key, c in PRISTINE_COUNTS.items() if key[1:] == ("v2", NORM)}
+    assert rows[(0, "v2", NORM)]["witnesses"] == ["v2: draft step, 1 reqs sampled, k=2"]
+    assert rows[(0, "v2", NORM)]["keys"] == _rows(results["pristine"])[(0, "v2", NORM)]["keys"]
+    for entry in results["pristine_0.34.0"]:
+        assert set(entry["runners"]) == {"v2"}
+        assert "drafter_model" not in entry["runners"]["v2"]["active"]
 
 
 def test_patched_warms_every_launched_key(results: dict[str, Any]) -> None:
