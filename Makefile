@@ -1,5 +1,5 @@
 # Thin targets over the scripts/dsv4warmup package. `make` = set up, fetch a
-# pristine vLLM 0.33.0 (the newest supported base), apply the series, print the coverage audit.
+# pristine vLLM 0.34.0 (the newest supported base), apply the series, print the coverage audit.
 # fetch/apply/check/revert/status/pr run on $(PYTHON) with the standard library,
 # git and patch only (LIGHT); wheel adds `wheel` + `packaging`, installed with pip
 # under .cache/tools/wheel. The heavy .venv (torch, triton, ...) is for the audit
@@ -16,7 +16,7 @@ LIGHT := PYTHONPATH=$(call q,$(CURDIR)/scripts) $(PYTHON) -m dsv4warmup
 WHEEL_TOOLS := .cache/tools/wheel
 VLLM_DIR ?=
 MODE ?= apply
-BASE ?= 0.33.0
+BASE ?= 0.34.0
 TREE_ARG = $(if $(VLLM_DIR),--tree $(call q,$(VLLM_DIR)))
 
 .PHONY: all setup fetch apply check revert status audit audit-sample test test-gpu mutants lint devtree regen port fingerprints lab clean

@@ -28,14 +28,14 @@ from typing import TypeVar
 from .paths import CACHE
 
 # sdist sha256 of every release this project knows. A series exists for the
-# ones in patches/ (0.33.0 is the newest, the default).
+# ones in patches/ (0.34.0 is the newest, the default).
 SDIST_SHA256: dict[str, str] = {
     "0.25.1": "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4",
     "0.26.0": "23e9fa19d7e20ce7dcc1c074d41503e2116d23f19e688f5d5ea91b741f958502",
     "0.33.0": "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
     "0.34.0": "fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113",
 }
-DEFAULT_BASE = "0.33.0"
+DEFAULT_BASE = "0.34.0"
 
 
 class SourceError(RuntimeError):
