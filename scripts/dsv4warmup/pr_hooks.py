@@ -201,10 +201,7 @@ def load_config(tree: Path) -> Config:
         data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise HookError(f"{path}: {e}") from None
-    # A rev pinned to a commit often names its release in a comment.
-    tagged = dict(
-        re.findall(r"rev:\s*['\"]?([0-9a-f]{40})['\"]?\s*#\s*(v?[\w.]+)", path.read_text())
-    )
+    tagged = frozen_tags(path.read_text())
     hooks: list[Hook] = []
     for repo in data.get("repos", []):
         url = str(repo.get("repo", ""))
@@ -245,6 +242,18 @@ def load_config(tree: Path) -> Config:
         str(data.get("files", "")),
         str(data.get("exclude", "^$")),
         list(data["default_stages"]) if "default_stages" in data else None,
+    )
+
+
+def frozen_tags(config_text: str) -> dict[str, str]:
+    """Commit -> release of the revs pinned to a commit, from the comment that
+    names the release: ``rev: <sha>  # v1.2.3`` or, as ``pre-commit autoupdate
+    --freeze`` writes it, ``rev: <sha>  # frozen: v1.2.3``."""
+    return dict(
+        re.findall(
+            r"rev:\s*['\"]?([0-9a-f]{40})['\"]?\s*#\s*(?:frozen:\s*)?(v?\d[\w.+-]*)",
+            config_text,
+        )
     )
 
 
