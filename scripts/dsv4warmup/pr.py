@@ -5,7 +5,53 @@ holding the branch ``dsv4-warmup/v<base>`` (the whole series, one commit per
 patch) and, per PR, ``dsv4-warmup/<slug>``: the PR's patches on top of the
 earlier PRs it needs, made with ``git am``. ``<out>/v<base>/<NNNN>-<slug>.md``
 is the PR body in the tree's ``.github/PULL_REQUEST_TEMPLATE.md``
-(``pr_body.py``).
+(``pr_body.py``): what and why from the commit message, the test's output on
+the base commit and with the change and the change's own measurements from
+its evidence file, the checks run here, the AI-assistance statement and the
+submitter's checklist.
+
+Evidence files
+--------------
+``docs/pr-evidence/v<base>/<NNNN>.md`` (``DSV4_EVIDENCE_DIR`` replaces
+``docs/pr-evidence``), one per patch, written by hand from real runs; ``make
+pr`` quotes it verbatim and refuses a patch without one, naming the file
+(``make pr DRY_RUN=1`` proceeds without it, marking each body that lacks it).
+It lives outside ``patches/`` because ``make regen`` rewrites that folder::
+
+    # 0006 evidence
+
+    Patch: <the patch's subject, exactly; a renumbered patch is caught>
+
+    ## Before
+
+    - Command: `<the exact command>`
+    - Tree: pristine <what: e.g. "vLLM 0.34.0 sdist + this change's test file">
+    - Host: <CPU / GPU model, OS>
+    - Versions: <python, torch, triton, ... as run>
+    - Date: YYYY-MM-DD
+
+    ```text
+    <output excerpt, at most 30 lines: the failure and the summary line>
+    ```
+
+    ## After
+
+    (the same fields; `Tree: patched ...`)
+
+    ## Measurement: <what it shows, e.g. "C128A metadata build: 5.2 -> 4.8 us">
+
+    (optional, repeatable: the same fields, the output; words outside the
+    fields and the fence are quoted as its note)
+
+    ## Related
+
+    (optional, hand-written: related upstream work and how this differs)
+
+``Before`` runs on the pristine tree, ``After`` on the patched one; each
+section has every field and exactly one fenced excerpt. The body's Claims
+quote each excerpt's last line, Validation the command and the excerpts,
+each measurement with its host, versions and date. Nothing else is quoted:
+no other patch's or base's figures, no ``docs/gpu-results.md``.
 
 PRs: each patch is its own PR unless its commit message carries a trailer
 ``PR: <slug>``; patches with the same slug form one PR (branch
@@ -30,8 +76,8 @@ tree's ``.pre-commit-config.yaml`` that applies to the PR's files (vLLM's
 ``tools/pre_commit/*.py`` checks, mypy through ``tools/pre_commit/mypy.py``,
 typos), and ``ruff check`` / ``ruff format --check`` with the ruff version the
 tree pins. A failure the pristine tag has too is not blamed on the PR.
-Nothing is written unless every check passes; otherwise exit 1 with the patch,
-file, hook and message of each failure.
+Nothing is written unless every check passes; otherwise exit 1 with one line
+per failure: patch, file, hook, and the tool's message (with its line).
 """
 
 from __future__ import annotations
@@ -57,7 +103,8 @@ from .paths import BUILD, CACHE, REPO
 from .series import Patch
 from .tree import TreeError, _write
 
-GPU_RESULTS = REPO / "docs" / "gpu-results.md"
+GPU_RESULTS = REPO / "docs" / "gpu-results.md"  # the CLI's --results; bodies never read it
+EVIDENCE = Path(os.environ.get("DSV4_EVIDENCE_DIR", REPO / "docs" / "pr-evidence"))
 PSEUDONYM = "dsv4-warmup"
 COAUTHOR = "Claude <noreply@anthropic.com>"
 _IDENT = re.compile(r"^\s*([^<>]*[^<>\s])\s*<([^<>@\s]+@[^<>\s]+)>\s*$")
@@ -241,11 +288,14 @@ def am(repo: Path, patches: list[Patch], who: tuple[str, str], coauthor: str) ->
 
 
 def pinned_ruff_version(tree: Path) -> str | None:
-    cfg = tree / ".pre-commit-config.yaml"
-    if not cfg.is_file():
+    """The ruff release the tree's pre-commit config pins (a rev frozen to a
+    commit names it in a comment); PrError when it pins a commit without one."""
+    if not (tree / ".pre-commit-config.yaml").is_file():
         return None
-    m = re.search(r"astral-sh/ruff-pre-commit\s*\n\s*rev:\s*v?([\w.]+)", cfg.read_text())
-    return m.group(1) if m else None
+    rev = pr_hooks.pinned_rev(tree, pr_hooks.RUFF_REPO)
+    if rev is not None and not re.match(r"^\d+(\.\d+)*$", rev):
+        raise PrError(f"the tree pins ruff at {rev}, with no release named beside it")
+    return rev
 
 
 def _ruff_version(exe: str) -> str | None:
@@ -429,24 +479,10 @@ def patch_facts(repo: Path, commit: str, patch: Patch) -> pr_code.Facts:
     return pr_code.facts(changes)
 
 
-def _diff_text(patch: Patch) -> str:
-    changed = [
-        ln[1:]
-        for ln in patch.text.splitlines()
-        if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
-    ]
-    return "\n".join(
-        changed + [patch.overlay_bytes(rel).decode(errors="replace") for rel in patch.overlay]
-    )
-
-
 def touched_launch_code(repo: Path, commit: str, patch: Patch) -> list[str]:
-    """Kernels (``@triton.jit`` / TileLang functions) and their launchers whose
-    code the patch changes: where outputs could change."""
+    """Kernels (``@triton.jit`` / TileLang functions) whose code the patch
+    changes: where outputs could change."""
     hits: list[str] = []
-    launchers = set(pr_body.KERNELS) | {
-        k.lstrip("_").removesuffix("_kernel") for k in pr_body.KERNELS
-    }
     for rel in patch.files:
         if not rel.endswith(".py"):
             continue
@@ -460,17 +496,13 @@ def touched_launch_code(repo: Path, commit: str, patch: Patch) -> list[str]:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             span = set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
             if not span & (added | removed_at):
                 continue
-            decos = " ".join(ast.unparse(d) for d in getattr(node, "decorator_list", []))
-            if (
-                re.search(r"\bjit\b|prim_func|tilelang", decos)
-                or node.name in launchers
-                or node.name in pr_body.KERNELS
-            ) and node.name not in hits:
+            decos = " ".join(ast.unparse(d) for d in node.decorator_list)
+            if re.search(r"\bjit\b|prim_func|tilelang", decos) and node.name not in hits:
                 hits.append(node.name)
     return hits
 
@@ -495,11 +527,9 @@ class PullRequest:
     reasons: dict[str, list[str]] = field(default_factory=dict)  # dep slug -> why
     checks: list[pr_body.CheckLine] = field(default_factory=list)
     not_applicable: list[str] = field(default_factory=list)
-    tests: list[str] = field(default_factory=list)
     touches_outputs: list[str] = field(default_factory=list)
     body: str = ""
     given_title: str | None = None
-    identifiers: set[str] = field(default_factory=set)
 
     @property
     def patch(self) -> Patch:
@@ -527,30 +557,6 @@ def group(patches: list[Patch]) -> list[PullRequest]:
         prs[slug].patches.append(patch)
         prs[slug].given_title = prs[slug].given_title or title
     return list(prs.values())
-
-
-def upstream_tests(tree: Path, files: list[str], limit: int = 6) -> list[str]:
-    """vLLM's own tests that import a module the PR changes (or its own tests)."""
-    own = sorted(f for f in files if f.startswith("tests/") and f.endswith(".py"))
-    modules = [m for f in files if f.startswith("vllm/") and (m := pr_code.module_of(f))]
-    hits: list[str] = []
-    if modules:
-        res = _run(
-            [
-                "git",
-                "grep",
-                "-l",
-                "-E",
-                "|".join(re.escape(m) + r"\b" for m in modules),
-                "--",
-                "tests/*.py",
-            ],
-            tree,
-        )
-        hits = sorted(
-            f for f in res.stdout.split() if Path(f).name.startswith("test_") and f not in own
-        )
-    return own + hits[:limit]
 
 
 def pristine_clone(base: str, dest: Path) -> Path:
@@ -591,18 +597,65 @@ def _owner(pr: PullRequest, rel: str | None) -> Patch:
     return owners[-1] if owners else pr.patches[-1]
 
 
+def _dry_run_env() -> bool:
+    return os.environ.get("DRY_RUN", "").strip().lower() not in ("", "0", "no", "false")
+
+
 @dataclass
 class Options:
     signoff: str | None = None
     coauthor: str = COAUTHOR
     skip: set[str] = field(default_factory=set)
     stage: str = pr_hooks.STAGE
+    # Proceed when a patch has no evidence file (``make pr DRY_RUN=1``): its
+    # body says so where the outputs would be. Never for bodies to open.
+    dry_run: bool = field(default_factory=_dry_run_env)
+    evidence: Path = field(default_factory=lambda: EVIDENCE)
+
+
+def evidence_path(root: Path, base: str, patch: Patch) -> Path:
+    return root / f"v{base}" / f"{number_and_slug(patch)[0]}.md"
+
+
+def load_evidence(
+    base: str, patches: list[Patch], opts: Options
+) -> tuple[dict[str, pr_body.Evidence | None], list[str]]:
+    """Each patch's evidence (None where missing in a dry run) and the
+    problems: a missing file (unless a dry run) or one that cannot be quoted."""
+    found: dict[str, pr_body.Evidence | None] = {}
+    problems: list[str] = []
+    for patch in patches:
+        path = evidence_path(opts.evidence, base, patch)
+        if not path.is_file():
+            found[patch.name] = None
+            if not opts.dry_run:
+                problems.append(
+                    f"{patch.name}: no evidence file {_shown(path)}: record the test's output on "
+                    "the pristine and the patched tree there (format: pr.py's docstring)"
+                )
+            continue
+        try:
+            found[patch.name] = pr_body.read_evidence(path, patch.subject)
+        except pr_body.EvidenceError as e:
+            found[patch.name] = None
+            problems.append(f"{patch.name}: {str(e).replace(str(path), _shown(path))}")
+    return found, problems
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def export(
-    base: str, out: Path, results: Path = GPU_RESULTS, options: Options | None = None
+    base: str, out: Path, results: Path | None = None, options: Options | None = None
 ) -> list[PullRequest]:
-    """Check everything, then write ``out/v<base>/``; raises PrError."""
+    """Check everything, then write ``out/v<base>/``; raises PrError.
+    ``results`` is not read (bodies quote evidence files only); the CLI still
+    passes its ``--results``."""
+    del results
     opts = options or Options()
     who = identity(opts.signoff)
     series = series_mod.load(base)
@@ -610,6 +663,13 @@ def export(
     dest = out / f"v{base}"
     errors: list[str] = []
     warnings: list[str] = []
+    evidence, missing = load_evidence(base, series.patches, opts)
+    if missing:
+        hint = "" if opts.dry_run else " (DRY_RUN=1 checks everything else without them)"
+        raise PrError(
+            f"the v{base} series' evidence is incomplete, nothing written{hint}:\n  "
+            + "\n  ".join(missing)
+        )
     prs = group(series.patches)
     index = {p.name: i for i, p in enumerate(series.patches)}
     pr_of = {p.name: pr for pr in prs for p in pr.patches}
@@ -698,12 +758,6 @@ def export(
             k = order[pr.slug]
             for patch in pr.patches:
                 f = facts[index[patch.name]]
-                pr.identifiers |= (
-                    {n for _, n in f.defines}
-                    | {n for _, n in f.uses.refs}
-                    | set(f.uses.attrs)
-                    | {m.rsplit(".", 1)[-1] for m in f.uses.imports}
-                )
                 for ref, (path, d) in sorted(f.defines.items()):
                     if ref in f.exempt:
                         continue
@@ -778,7 +832,6 @@ def export(
             if not built:
                 continue
             run_checks(repo, base, pr, config, opts, errors)
-            pr.tests = upstream_tests(repo, pr.files)
             pr.touches_outputs = [
                 k for p in pr.patches for k in touched_launch_code(repo, commit_of[p.name], p)
             ]
@@ -795,26 +848,39 @@ def export(
                     base=base,
                     title=pr.title,
                     branch=pr.branch,
-                    slug=pr.slug,
-                    numbers=[number_and_slug(p)[0] for p in pr.patches],
-                    messages=[message(p)[:2] for p in pr.patches],
-                    files=pr.files,
-                    diff="\n".join(_diff_text(p) for p in pr.patches),
-                    identifiers=pr.identifiers,
+                    parts=[
+                        pr_body.Part(
+                            number_and_slug(p)[0],
+                            p.subject,
+                            message(p)[1],
+                            evidence[p.name],
+                            Path(_shown(evidence_path(opts.evidence, base, p))),
+                        )
+                        for p in pr.patches
+                    ],
                     depends=[
                         (numbers[d.slug], d.title, d.branch, pr.reasons.get(d.slug, []))
                         for d in pr.deps
                     ],
                     checks=pr.checks,
-                    not_applicable=pr.not_applicable,
                     submitter=f"{who[0]} <{who[1]}>",
                     coauthor=opts.coauthor,
-                    tests=pr.tests,
                     touches_outputs=pr.touches_outputs,
                 ),
                 template,
-                results,
             )
+            errors += [f"{pr.number}-{pr.slug}.md: {p}" for p in pr_body.lint(pr.body)]
+            words = pr_body.word_count(pr.body)
+            if words > pr_body.WORD_BUDGET:
+                longest = max(pr.patches, key=lambda p: len(message(p)[1].split()))
+                print(
+                    f"warning: {pr.number}-{pr.slug}.md: {words} words of prose (aim: under "
+                    f"{pr_body.WORD_BUDGET}); its longest commit message, {longest.name}, has "
+                    f"{len(message(longest)[1].split())}",
+                    file=sys.stderr,
+                )
+        if errors:
+            raise fail()
         if dest.exists():
             shutil.rmtree(dest)
         work.rename(dest)
@@ -876,7 +942,7 @@ def run_checks(
                 patch = _owner(pr, rel)
                 text = pr_hooks.plain(line).strip()[:300]
                 errors.append(f"{patch.name}: {rel or '(all files)'}: {r.hook.id}: {text}")
-        elif r.status == "not run" and r.detail not in ("skipped (SKIP)", "only prints a message"):
+        elif r.status == "not run" and r.detail not in ("skipped (SKIP)", pr_hooks.PRINTS_ONLY):
             print(f"warning: {pr.slug}: hook {r.hook.id} not run: {r.detail}", file=sys.stderr)
 
     py = [f for f in files if f.endswith((".py", ".pyi"))]
@@ -928,7 +994,10 @@ def summary(base: str, out: Path, prs: list[PullRequest]) -> str:
         lines.append(f"  {pr.number} {pr.branch}  depends on: {deps}")
         if len(pr.patches) > 1:
             lines.append(f"       patches: {own}")
-        lines.append(f"       body: {dest / f'{pr.number}-{pr.slug}.md'}")
+        words = pr_body.word_count(pr.body)
+        lines.append(f"       body: {dest / f'{pr.number}-{pr.slug}.md'} ({words} words of prose)")
+        if "**Dry run: no evidence file**" in pr.body:
+            lines.append("       DRY RUN: no evidence file; do not open this PR from it")
     return "\n".join(lines)
 
 

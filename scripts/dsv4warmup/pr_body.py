@@ -1,28 +1,34 @@
 """PR bodies in the tree's ``.github/PULL_REQUEST_TEMPLATE.md``.
 
-vLLM 0.25/0.26 ask for Purpose / Test Plan / Test Result; 0.33 for Overview /
-Claims / Validation / Details and a checklist with "AI assistance was used".
-A body carries what vLLM's ``AGENTS.md`` requires of AI-assisted PRs:
+A body says what three sources say, and nothing else:
 
-* a clear statement that AI assistance was used;
-* a block the human submitter fills in (placeholders), with the line that they
-  must review every changed line and rerun the tests before opening the PR;
-* why it is not duplicate work ("Related work": the upstream PRs on these
-  kernels and how this one differs);
-* the commands that were run, with their results: exactly the ones
-  ``make pr`` ran, nothing it did not run;
-* measured figures from ``docs/gpu-results.md`` and, when the PR changes a
-  kernel or its launch path, the evidence that outputs are unchanged on valid
-  input (or a line saying it is missing).
+* the commit message of each of the PR's patches: what and why (its
+  ``Test plan:`` paragraph describes the test under Validation);
+* the patch's evidence file (format in ``pr.py``'s docstring): the test
+  command, its output on the base commit and with the change, and the
+  change's own measurements, each quoted verbatim with its tree, host,
+  versions and date; its optional ``## Related`` section, hand-written, is
+  the only related-work text;
+* the checks ``make pr`` ran on the PR's branch (the tree's pre-commit hooks
+  and the pinned ruff), one line.
+
+Plus what vLLM's ``AGENTS.md`` requires of AI-assisted work: a statement that
+AI assistance was used and the human submitter's checklist (duplicate-work
+check, every line reviewed, the commands run, a model evaluation where a
+kernel changes). No figure comes from anywhere but the PR's own evidence
+files and commit messages, and a body with an open code fence or the word
+"session" is refused (:func:`lint`).
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ISSUE = "vllm-project/vllm#48809"
+from . import pr_hooks
+
 FALLBACK_TEMPLATE = """\
 ## Purpose
 
@@ -30,232 +36,183 @@ FALLBACK_TEMPLATE = """\
 
 ## Test Result
 """
-
-# The model-specific JIT kernels of the upstream issue, and what launches them.
-KERNELS = (
-    "eagle_prepare_next_token_padded_kernel",
-    "eagle_prepare_inputs_padded_kernel",
-    "eagle_step_slot_mapping_metadata_kernel",
-    "_mtp_shared_head_rmsnorm_kernel",
-    "_build_c128a_topk_metadata_kernel",
-    "_combine_topk_swa_indices_kernel",
-    "mhc_pre_big_fuse_with_norm_tilelang",
-    "mhc_pre_tilelang",
-    "mhc_pre_broadcast_tilelang",
-    "mhc_fused_post_pre_tilelang",
-    "mhc_post_tilelang",
-    "hc_head_fuse_tilelang",
-    "hc_head_fused_kernel_tilelang",
-    # 0.33.0 wraps some of them in classes
-    "BuildC128ATopkMetadataKernel",
-    "CombineTopkSwaIndicesKernel",
-    "MTPSharedHeadRMSNormKernel",
-)
+RUN_FIELDS = ("Command", "Tree", "Host", "Versions", "Date")
+MAX_EXCERPT_LINES = 30
+WORD_BUDGET = 350  # prose words a body should stay under (outputs excluded)
 
 
-# Topics: which related work and which measured rows belong to a PR, from the
-# identifiers its code defines and uses (never from prose) and its file paths.
-def topics_of(identifiers: set[str], files: list[str]) -> set[str]:
-    names = {i.lower() for i in identifiers}
-    # 0.33.0 names kernels as classes: CombineTopkSwaIndicesKernel, MTPSharedHeadRMSNormKernel
-    flat = {n.replace("_", "") for n in names}
-    paths = " ".join(files)
-    out: set[str] = set()
-    if any("c128a" in n for n in names):
-        out.add("c128a")
-    if any("combinetopkswa" in n for n in flat) or any(
-        "c128a" in n and "warmup" in n for n in names
-    ):
-        out.add("sparse-mla")
-    if (
-        any(w in n for n in names for w in ("eagle", "mtp_shared_head", "spec_decode", "drafter"))
-        or any("mtpsharedhead" in n for n in flat)
-        or "spec_decode" in paths
-    ):
-        out.add("spec-decode")
-    if any(n.startswith("mhc") or "_mhc" in n or "hc_head" in n for n in names) or "/mhc/" in paths:
-        out.add("mhc")
-    if "deepseek_v4_warmup.py" in paths:
-        out.add("prewarm")
-    if any("sentinel" in n or "jit_monitor" in n for n in names):
-        out.add("sentinel")
-    if any("compile_tilelang_warmup" in n or "tilelang_jit_warmup_num_threads" in n for n in names):
-        out.add("compile-pool")
-    if any("share_compiles" in n or "warmupshares" in n for n in names) or (
-        "jit_warmup_sharing.py" in paths
-    ):
-        out.add("compile-sharing")
-    return out
+class EvidenceError(ValueError):
+    """An evidence file that cannot be quoted; the message names the file."""
 
 
-# Words a docs/gpu-results.md row or heading uses for each topic.
-RESULT_WORDS: dict[str, tuple[str, ...]] = {
-    "c128a": ("c128a",),
-    "sparse-mla": ("sparse-mla", "sparse_mla", "combine"),
-    "spec-decode": ("spec_decode", "spec-decode", "eagle", "mtp rmsnorm", "_mtp_shared_head"),
-    "mhc": ("mhc",),
-    "prewarm": ("pre-warm", "prewarm", "warm()"),
-    "sentinel": ("sentinel",),
-    "compile-pool": ("tilelang pool", "compile pool", "tilelang-threads"),
-    "compile-sharing": ("compile sharing", "shared compiles", "share_compiles"),
-}
+# --------------------------------------------------------------------------
+# Evidence files
 
 
 @dataclass(frozen=True)
-class Related:
-    ref: str
-    title: str
-    state: str
-    topics: tuple[str, ...]
-    what: str
-    differs: str
+class Run:
+    """One command run, as an evidence file records it."""
+
+    title: str  # "Before", "After" or the measurement's title
+    command: str
+    tree: str  # "pristine ..." or "patched ..."
+    host: str
+    versions: str
+    date: str
+    output: str  # the excerpt, verbatim
+    note: str = ""  # the author's words around it, verbatim
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}; {self.versions}; {self.date}"
 
 
-# Written from the upstream trackers (read, never copied), 2026-12.
-RELATED = (
-    Related(
-        "vllm-project/vllm#48805",
-        "[Warmup][V1] Exhaustive sparse-MLA Triton kernel warmup",
-        "closed",
-        ("sparse-mla", "c128a"),
-        "warms `_combine_topk_swa_indices_kernel` and `_build_c128a_topk_metadata_kernel` by "
-        "enumerating the whole product of int==1 cases, divisibility and pointer alignment "
-        "(thousands of variants per constexpr combination).",
-        "here the keys come from the serving configuration through the argument preparation the "
-        "runtime itself uses, so only reachable keys compile; the C128A buffer initialisation and "
-        "bound checks are a separate bug-fix PR with their own regression test.",
-    ),
-    Related(
-        "vllm-project/vllm#48393",
-        "[Spec Decode][V1] Warm all spec-decode helper kernel specializations at startup",
-        "closed",
-        ("spec-decode",),
-        "adds `_mtp_shared_head_rmsnorm_kernel` to the helper-kernel dry run of #41481 and "
-        "enumerates every int==1 combination of the EAGLE helper kernels.",
-        "keys are derived from the speculative configuration (method, number of speculative "
-        "tokens, block size) with launch constants shared by the launch and the warmup, instead "
-        "of an exhaustive product.",
-    ),
-    Related(
-        "vllm-project/vllm#49707",
-        "Fix NVIDIA DeepSeek V4 MHC warmup coverage",
-        "open",
-        ("mhc",),
-        "gives the NVIDIA decoder layer `hc_pre`/`hc_post` wrappers and warms one token size per "
-        "reachable `n_splits` key; leaves the fused post/pre path to CUDA-graph capture.",
-        "selects the compile keys (split-K, small-FMA branch, GEMM variant) in pure helpers that "
-        "the wrappers launch, and compiles each distinct key once, fused post/pre and the MTP "
-        "draft layers included.",
-    ),
-    Related(
-        "vllm-project/vllm#51802",
-        "[Bugfix] Fix NVIDIA DeepSeek V4 mHC warmup",
-        "open",
-        ("mhc",),
-        "continues #47807: registers the NVIDIA mHC TileLang kernels with `JitWarmupRegistry` and "
-        "derives keys from the runtime dispatch path, including the non-DeepGEMM pre-norm GEMM.",
-        "same goal; coordinate before opening. This PR's key selection is checked against the "
-        "keys vLLM's own call sites produce over a serving sweep (CPU audit) and measured on an "
-        "H200 (0 compiles after warmup).",
-    ),
-    Related(
-        "vllm-project/vllm#52941",
-        "[Bugfix][Model][NVIDIA] Fix DeepSeek V4 mHC TileLang warmup",
-        "closed",
-        ("mhc",),
-        "extends #51802 with a fixed list of 42 candidate token sizes.",
-        "no candidate list: every token count from 1 to `max_num_batched_tokens` (and each "
-        "capture size) is mapped to its compile key and each key compiles once.",
-    ),
-    Related(
-        "vllm-project/vllm#50175",
-        "[1/N][warmup][DSv4] Migrate generic MLA metadata and indexing kernels",
-        "merged",
-        ("sparse-mla", "registry"),
-        "moves sparse-MLA metadata kernels, the top-k/SWA combination among them, to the "
-        "compile-key warmup registry.",
-        "on bases with the registry this series adds only what it still misses; it does not "
-        "re-implement the registry.",
-    ),
-    Related(
-        "vllm-project/vllm#50176",
-        "[4/N][warmup][DSv4] Migrate common attention kernels",
-        "merged",
-        ("spec-decode", "registry"),
-        "moves DeepSeek V4 common attention kernels, MTP input normalisation among them, to the "
-        "compile-key contract.",
-        "complementary: the spec-decode helper kernels it does not cover are the subject here.",
-    ),
-    Related(
-        "vllm-project/vllm#50177",
-        "part of the DSv4 registry migration (#49627 split)",
-        "see upstream",
-        ("registry",),
-        "one of the PRs #49627 is split into (#50175, #53564, #53565, #50176, #53566, #50177, "
-        "#53567, #50178); its description was not available when this body was generated.",
-        "the submitter must read it before opening and state the difference here.",
-    ),
-    Related(
-        "vllm-project/vllm#50178",
-        "[9/N][warmup][DSv4] Migrate MHC TileLang kernels",
-        "merged",
-        ("mhc", "registry"),
-        "moves the mHC TileLang kernels to kernel-owned `dispatch(...)` and warmup spaces.",
-        "where the registry exists, mHC keys are taken from it; the selection here covers the "
-        "keys its spaces leave out (measured: compiles after warmup).",
-    ),
-    Related(
-        "vllm-project/vllm#56154",
-        "[RFC][warmup] Derive Triton compile keys for migrated kernels",
-        "open (RFC)",
-        ("spec-decode", "registry"),
-        "derives Triton compile keys from Triton's binder metadata and migrates the sampling and "
-        "speculative-decoding kernels behind a decorator.",
-        "overlaps with the spec-decode helper warmup; if it lands first, that PR should move onto "
-        "its decorator instead of adding its own key functions.",
-    ),
-    Related(
-        "vllm-project/vllm#56683",
-        "[Perf] Parallelize mHC pre-norm JIT warmup",
-        "merged",
-        ("compile-pool",),
-        "adds the `VllmJitKernel.compile_many()` hook and compiles DeepSeek V4.1's "
-        "`MHCPreNormKernel` variants with TileLang's `par_compile()` (at most four workers per "
-        "process); every other kernel keeps compiling its keys one after another.",
-        "uses that hook for every `VllmTileLangJitKernel` (DeepSeek V4's mHC kernels, which "
-        "#56683 leaves serial, among them): one pool across the registry's TileLang kernels, "
-        "elaboration on the dispatching thread as in `par_compile()`, sized by "
-        "`VLLM_TILELANG_JIT_WARMUP_NUM_THREADS` (default 4, #56683's cap).",
-    ),
-    Related(
-        "sgl-project/sglang#28271",
-        "shard DeepGEMM warmup across local GPUs",
-        "closed (SGLang)",
-        ("compile-sharing",),
-        "splits DeepGEMM's warmup compiles between the GPUs of a node (each rank compiles a part "
-        "into the shared cache, then the ranks synchronise).",
-        "does the same for vLLM's JIT warmup registry (Triton and TileLang), per kernel and only "
-        "between ranks that hold the same compile keys and write the same cache directory; a rank "
-        "compiles whatever it does not find after the wait itself.",
-    ),
-    Related(
-        "sgl-project/sglang#30255",
-        "Fix DSV4 prefill large Triton recompilation idle across context lengths",
-        "merged (SGLang)",
-        ("c128a", "sparse-mla"),
-        "passes the C128 metadata capacity and the combiner's top-k as runtime scalars, so a new "
-        "context length no longer makes a new specialization (+26.75 % output throughput at "
-        "concurrency 384 in its benchmark).",
-        "the C128A fix here is about correctness (initialised buffers, bound checks); turning "
-        "value-dependent arguments into runtime scalars is complementary and would shrink the key "
-        "space the warmup has to cover.",
-    ),
-)
+@dataclass(frozen=True)
+class Evidence:
+    path: Path
+    patch: str  # the subject of the patch it is for
+    before: Run
+    after: Run
+    measurements: tuple[Run, ...] = ()
+    related: str = ""
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_FIELD = re.compile(rf"^(?:[-*]\s+)?({'|'.join(RUN_FIELDS)}):\s*(.*?)\s*$")
+
+
+def _unquote(value: str) -> str:
+    m = re.fullmatch(r"`([^`]+)`", value)
+    return m.group(1) if m else value
+
+
+def _run(path: Path, title: str, lines: list[tuple[int, str]]) -> Run:
+    fields: dict[str, str] = {}
+    outputs: list[list[str]] = []
+    note: list[str] = []
+    fence: tuple[int, str] | None = None
+    for lineno, line in lines:
+        m = _FENCE.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[1][0] and len(m.group(1)) >= len(fence[1]):
+                fence = None
+            else:
+                outputs[-1].append(line)
+            continue
+        if m:
+            fence = (lineno, m.group(1))
+            outputs.append([])
+            continue
+        f = _FIELD.match(line)
+        if f:
+            if f.group(1) in fields:
+                raise EvidenceError(f"{path}:{lineno}: `{f.group(1)}:` given twice in {title}")
+            fields[f.group(1)] = _unquote(f.group(2))
+        elif line.strip() or note:
+            note.append(line)
+    if fence is not None:
+        raise EvidenceError(f"{path}:{fence[0]}: code fence never closed ({title})")
+    missing = [k for k in RUN_FIELDS if not fields.get(k)]
+    if missing:
+        raise EvidenceError(
+            f"{path}: {title} lacks {', '.join(f'`{k}:`' for k in missing)} "
+            f"(every run gives {', '.join(RUN_FIELDS)})"
+        )
+    if len(outputs) != 1:
+        raise EvidenceError(
+            f"{path}: {title} needs exactly one fenced output excerpt, not {len(outputs)}"
+        )
+    output = "\n".join(outputs[0]).strip("\n")
+    if not output.strip():
+        raise EvidenceError(f"{path}: {title}: the output excerpt is empty")
+    if len(outputs[0]) > MAX_EXCERPT_LINES:
+        raise EvidenceError(
+            f"{path}: {title}: the output excerpt has {len(outputs[0])} lines; quote at most "
+            f"{MAX_EXCERPT_LINES} (the failing assertion and pytest's summary line)"
+        )
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", fields["Date"]):
+        raise EvidenceError(f"{path}: {title}: `Date:` is YYYY-MM-DD, not {fields['Date']!r}")
+    kind = fields["Tree"].split()[0].lower()
+    if kind not in ("pristine", "patched"):
+        raise EvidenceError(
+            f"{path}: {title}: `Tree:` starts with `pristine` or `patched`, not {fields['Tree']!r}"
+        )
+    want = {"Before": "pristine", "After": "patched"}.get(title)
+    if want and kind != want:
+        raise EvidenceError(f"{path}: {title} runs on the {want} tree, not {fields['Tree']!r}")
+    return Run(
+        title,
+        fields["Command"],
+        fields["Tree"],
+        fields["Host"],
+        fields["Versions"],
+        fields["Date"],
+        output,
+        "\n".join(note).strip(),
+    )
+
+
+def read_evidence(path: Path, subject: str) -> Evidence:
+    """The evidence file ``path`` of the patch whose subject is ``subject``."""
+    text = path.read_text()
+    sections: list[tuple[str, int, list[tuple[int, str]]]] = []
+    patch: str | None = None
+    in_fence = False
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        head = None if in_fence else re.match(r"^##\s+(.*?)\s*$", line)
+        if head:
+            sections.append((head.group(1), lineno, []))
+        elif sections:
+            sections[-1][2].append((lineno, line))
+        elif m := re.match(r"^Patch:\s*(.*?)\s*$", line):
+            patch = m.group(1)
+        elif line.strip() and not re.match(r"^#\s", line):
+            raise EvidenceError(
+                f"{path}:{lineno}: only a `# title` and the `Patch:` line go before the "
+                "first `##` section"
+            )
+    if patch is None:
+        raise EvidenceError(f"{path}: no `Patch: <subject>` line")
+    if patch != subject:
+        raise EvidenceError(
+            f"{path} is for {patch!r}, not for this patch, {subject!r}: "
+            "renumbered or reworded? Move or update the file"
+        )
+    runs: dict[str, Run] = {}
+    measurements: list[Run] = []
+    related = ""
+    for title, lineno, lines in sections:
+        if title in ("Before", "After"):
+            if title in runs:
+                raise EvidenceError(f"{path}:{lineno}: a second `## {title}` section")
+            runs[title] = _run(path, title, lines)
+        elif m := re.fullmatch(r"Measurement:\s*(\S.*)", title):
+            measurements.append(_run(path, m.group(1), lines))
+        elif title == "Related":
+            related = "\n".join(line for _, line in lines).strip()
+        else:
+            raise EvidenceError(
+                f"{path}:{lineno}: unknown section `## {title}` (sections: Before, After, "
+                "Measurement: <title>, Related)"
+            )
+    for title in ("Before", "After"):
+        if title not in runs:
+            raise EvidenceError(f"{path}: no `## {title}` section")
+    problems = fence_problems(related)
+    if problems:
+        raise EvidenceError(f"{path}: Related: {problems[0]}")
+    return Evidence(path, patch, runs["Before"], runs["After"], tuple(measurements), related)
+
+
+# --------------------------------------------------------------------------
+# What a body is made of
 
 
 @dataclass
 class CheckLine:
-    """One command ``make pr`` ran (or could not run) for a PR."""
+    """One check ``make pr`` ran (or could not run) for a PR."""
 
     name: str
     command: str
@@ -264,424 +221,219 @@ class CheckLine:
 
 
 @dataclass
+class Part:
+    """One of the PR's patches."""
+
+    number: str
+    subject: str
+    message: str  # the commit message body, trailers dropped
+    evidence: Evidence | None
+    evidence_path: Path  # where its evidence file is, or is to be written
+
+
+@dataclass
 class BodyInput:
     base: str
     title: str
     branch: str
-    slug: str
-    numbers: list[str]  # the NNNN of the PR's patches
-    messages: list[tuple[str, str]]  # (subject, body) of each of the PR's commits
-    files: list[str]
-    diff: str  # changed lines + overlay files: what the PR's code names
-    identifiers: set[str]  # names its code defines and uses (AST): its topics
+    parts: list[Part]
     depends: list[tuple[str, str, str, list[str]]]  # (number, title, branch, reasons)
     checks: list[CheckLine]
-    not_applicable: list[str]  # hooks with no matching files
     submitter: str  # "Name <email>"
     coauthor: str
-    tests: list[str] = field(default_factory=list)  # vLLM tests for the submitter to rerun
-    touches_outputs: list[str] = field(default_factory=list)  # kernels / launchers changed
-    upstream_base: bool = True
+    touches_outputs: list[str] = field(default_factory=list)  # kernels whose code changes
 
 
-# --------------------------------------------------------------------------
-# docs/gpu-results.md
+def split_message(message: str) -> tuple[str, str, list[str]]:
+    """(what and why, the test plan's prose, the test plan's commands) of a
+    commit message whose last paragraph may start with ``Test plan:``;
+    indented lines of that paragraph are commands."""
+    what, sep, plan = message.partition("\nTest plan:")
+    if not sep and message.startswith("Test plan:"):
+        what, plan = "", message[len("Test plan:") :]
+    prose: list[str] = []
+    commands: list[str] = []
+    for line in plan.splitlines():
+        if line.startswith((" ", "\t")) and line.strip():
+            commands.append(line.strip())
+        elif line.strip():
+            prose.append(line.strip())
+    return what.strip(), " ".join(prose), commands
 
 
-def _sections(markdown: str) -> list[tuple[int, str, str]]:
-    """(level, heading, text incl. heading) of every section."""
-    lines = markdown.splitlines()
-    heads = [
-        (i, len(m.group(1)), m.group(2).strip())
-        for i, line in enumerate(lines)
-        if (m := re.match(r"^(#{1,6})\s+(.*)$", line))
-    ]
-    out = []
-    for k, (i, level, title) in enumerate(heads):
-        end = next((j for j, lv, _ in heads[k + 1 :] if lv <= level), len(lines))
-        out.append((level, title, "\n".join(lines[i:end]).strip()))
-    return out
-
-
-def _norm(text: str) -> str:
-    text = re.sub(r"^\s*(\[[^\]]*\]\s*)+", "", text)
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
-
-
-def results_base(markdown: str) -> str | None:
-    """The vLLM release the figures were measured on (named in the intro)."""
-    intro = markdown.split("\n## ", 1)[0]
-    m = re.search(r"vLLM (\d+\.\d+\.\d+)", intro)
-    return m.group(1) if m else None
-
-
-def _heading_base(line: str, default: str | None) -> str | None:
-    """The release a ``##`` section measured on: one its heading names, else
-    the intro's."""
-    m = re.search(r"vLLM (\d+\.\d+\.\d+)", line)
-    return m.group(1) if m else default
-
-
-@dataclass
-class Measured:
-    source: str
-    base: str | None  # the intro's release (sections may name their own)
-    rows: list[str]  # table rows (with the header) naming the PR's topics / kernels
-    sections: list[tuple[str, str]]  # (heading, text) whose heading names the PR
-    outputs: list[str]  # rows / lines saying outputs are unchanged / match references
-    # the same rows / outputs measured on the PR's own base (a section naming it)
-    own_rows: list[str] = field(default_factory=list)
-    own_outputs: list[str] = field(default_factory=list)
-    own_sections: list[tuple[str, str]] = field(default_factory=list)
-
-
-def measured(
-    results: Path,
-    base: str,
-    subjects: list[str],
-    numbers: list[str],
-    slug: str,
-    diff: str,
-    topics: set[str],
-) -> Measured | None:
-    if not results.is_file():
-        return None
-    text = results.read_text()
-    measured_on = results_base(text)
-    same_base = measured_on in (None, base)
-    kernels = [k for k in KERNELS if re.search(rf"\b{re.escape(k)}\b", diff)]
-    words = [w for t in topics for w in RESULT_WORDS.get(t, ())]
-
-    def names_us(title: str, on_base: bool = same_base) -> bool:
-        # Patch numbers and slugs name this PR only where measured on its base.
-        low = title.lower()
-        return bool(
-            any(s and _norm(s) in _norm(title) for s in subjects)
-            or (on_base and any(re.search(rf"\b(patch )?{n}\b", title) for n in numbers))
-            or (on_base and slug in title)
-            or any(k in title for k in kernels)
-            or any(w in low for w in words)
-        )
-
-    sections: list[tuple[str, str]] = []
-    own_sections: list[tuple[str, str]] = []
-    for level, title, body in _sections(text):
-        picked_bodies = [b for _, b in sections + own_sections]
-        heading_base = _heading_base(title, measured_on)
-        if (
-            level >= 2
-            and names_us(title, heading_base == base)
-            and not any(body in b for b in picked_bodies)
-        ):
-            own = heading_base == base and heading_base != measured_on
-            (own_sections if own else sections).append((title, body))
-    rows: list[str] = []
-    outputs: list[str] = []
-    table: list[str] = []  # header (+ separator) of the table being read
-    picked: list[str] = []  # its rows that name us
-
-    own_rows: list[str] = []
-    own_outputs: list[str] = []
-    section_base = measured_on
-
-    def row_release(first_cell: str) -> str | None:  # "0.33.0 steady state: ..."
-        m = re.match(r"(?:vLLM )?(\d+\.\d+\.\d+)\b", first_cell)
-        return m.group(1) if m else None
-
-    def own(first_cell: str = "") -> bool:
-        """The current section, or a row whose first cell names its release
-        (in the status table), measured the PR's own base."""
-        on = row_release(first_cell) or section_base
-        return on == base and on != measured_on
-
-    own_picked: list[str] = []  # rows of the table being read that name their release
-
-    def close() -> None:
-        for into, lines in ((own_rows if own() else rows, picked), (own_rows, own_picked)):
-            if lines:
-                into.extend([*([""] if into else []), *table, *lines])
-        picked.clear()
-        own_picked.clear()
-
-    for line in [*text.splitlines(), ""]:
-        if not line.startswith("|"):
-            close()
-            table = []
-            if re.match(r"^##\s", line):
-                section_base = _heading_base(line, measured_on)
+def unwrap(text: str) -> str:
+    """A hard-wrapped commit message as Markdown (GitHub breaks a PR body's
+    lines where its source breaks them): each paragraph and list item on one
+    line; a paragraph whose lines are all indented is quoted as it is."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text.strip("\n")):
+        lines = para.splitlines()
+        if all(ln.startswith((" ", "\t")) for ln in lines):
+            out.append(_fenced("text", textwrap.dedent(para)))
             continue
-        if not table or (len(table) == 1 and re.match(r"^\|[\s:|-]+\|$", line)):
-            table.append(line)
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        first = cells[0] if cells else ""
-        if row_release(first) not in (None, base):
-            continue  # another release's row: neither this branch's nor the intro's
-        if names_us(first) or any(k in line for k in kernels):
-            (own_picked if own(first) and not own() else picked).append(line)
-            if re.search(
-                r"identical|unchanged|= ?reference|= torch|equal the (torch )?reference|match"
-                r"|exactly the [^|]*pristine",
-                line,
-                re.I,
-            ):
-                (own_outputs if own(first) else outputs).append(line)
-    section_base = measured_on
-    for line in text.splitlines():
-        if re.match(r"^##\s", line):
-            section_base = _heading_base(line, measured_on)
-        if (
-            not line.startswith("|")
-            and re.search(r"outputs? (identical|unchanged)|identical outputs", line, re.I)
-            and (any(w in line.lower() for w in words) or any(k in line for k in kernels))
-        ):
-            (own_outputs if own() else outputs).append(line.strip())
-    if not (rows or sections or own_rows or own_sections):
-        return None
-    try:
-        source = str(results.relative_to(Path(__file__).resolve().parents[2]))
-    except ValueError:
-        source = results.name
-    return Measured(
-        source, measured_on, rows, sections, outputs, own_rows, own_outputs, own_sections
-    )
+        items: list[str] = []
+        for line in lines:
+            if re.match(r"^\s*([-*]|\d+[.)])\s", line) or not items:
+                items.append(line.rstrip())
+            else:
+                items[-1] += " " + line.strip()
+        out.append("\n".join(items))
+    return "\n\n".join(out)
 
 
-def _demote(text: str, to: int) -> str:
-    """Headings nest at level ``to`` and below."""
-    levels = [len(m.group(1)) for m in re.finditer(r"^(#{1,6})\s", text, re.M)]
-    if not levels:
-        return text
-    shift = to - min(levels)
+def _plain_title(subject: str) -> str:
+    return re.sub(r"^(\[[^\]]*\]\s*)+", "", subject).strip().rstrip(".")
 
-    def repl(m: re.Match[str]) -> str:
-        return "#" * min(6, max(to, len(m.group(1)) + shift)) + " "
 
-    return re.sub(r"^(#{1,6})\s+", repl, text, flags=re.MULTILINE)
+def _last_line(output: str) -> str:
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    return lines[-1].strip("= ") if lines else ""
+
+
+def _fenced(lang: str, text: str) -> str:
+    return f"```{lang}\n{text}\n```"
+
+
+def _commands(commands: list[str]) -> str:
+    """Commit-message command lines (continuations end in a backslash)."""
+    out: list[str] = []
+    for c in commands:
+        out.append(("  " + c) if out and out[-1].endswith("\\") else c)
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------
 # Blocks
 
 
-def ai_statement(b: BodyInput) -> str:
-    return (
-        "**AI assistance was used** to write this change, its tests and this description "
-        f"(commits carry `Co-authored-by: {b.coauthor}`). The human submitter is accountable for "
-        "it: they must review every changed line, rerun the tests below and be able to defend "
-        "the change end to end before opening this PR."
+def overview(b: BodyInput) -> str:
+    out = [f"{_plain_title(b.title)} (vLLM v{b.base}). AI-assisted: see the end of Details."]
+    for number, title, branch, reasons in b.depends:
+        why = "".join(f"; {r}" for r in reasons[:2])
+        out += ["", f"Stacked on {number}, *{title}* (branch `{branch}`{why}): merge that first."]
+    return "\n".join(out)
+
+
+def claims(b: BodyInput) -> str:
+    out: list[str] = []
+    for part in b.parts:
+        ev = part.evidence
+        if len(b.parts) > 1:
+            out.append(f"- {_plain_title(part.subject)}.")
+        if ev is None:
+            out.append(f"- No evidence yet (dry run): `{part.evidence_path}` is missing.")
+            continue
+        out.append(
+            f"- The test under Validation on v{b.base}: `{_last_line(ev.before.output)}`; "
+            f"with this change: `{_last_line(ev.after.output)}`."
+        )
+        out += [f"- {m.title}." for m in ev.measurements]
+    return "\n".join(out)
+
+
+def _run_block(run: Run, label: str, show_command: bool, show_where: bool) -> list[str]:
+    out = [f"**{label}**, {run.tree}{'; ' + run.where if show_where else ''}:", ""]
+    if run.note:
+        out += [unwrap(run.note), ""]
+    if show_command:
+        out += [_fenced("bash", run.command), ""]
+    out += [_fenced("text", run.output), ""]
+    return out
+
+
+def validation(b: BodyInput, level: int = 3) -> str:
+    out: list[str] = []
+    for part in b.parts:
+        if len(b.parts) > 1:
+            out += [f"{'#' * level} {part.subject}", ""]
+        _, plan, commands = split_message(part.message)
+        if plan:
+            out += [plan, ""]
+        ev = part.evidence
+        if ev is None:
+            if commands:
+                out += [_fenced("bash", _commands(commands)), ""]
+            out += [
+                f"> **Dry run: no evidence file** `{part.evidence_path}`. Record the test's "
+                "output on the base commit and with this change there before opening.",
+                "",
+            ]
+            continue
+        before, after = ev.before, ev.after
+        same = before.command == after.command
+        same_where = before.where == after.where
+        if same:
+            out += [_fenced("bash", after.command), ""]
+        out += _run_block(before, f"v{b.base}", not same, not same_where)
+        out += _run_block(after, "With this change", not same, not same_where)
+        if same_where:
+            out += [f"Both on {after.where}.", ""]
+        for m in ev.measurements:
+            out += [f"{'#' * (level + (len(b.parts) > 1))} {m.title}", ""]
+            out += _run_block(m, "Measured", True, True)
+    return "\n".join(out).rstrip()
+
+
+def hooks_line(b: BodyInput) -> str:
+    passed = [c for c in b.checks if c.status == "passed"]
+    old = [c for c in b.checks if c.status == "pre-existing"]
+    not_run = [c for c in b.checks if c.status == "not run" and c.detail != pr_hooks.PRINTS_ONLY]
+    failed = [c for c in b.checks if c.status == "failed"]
+    ruff = next((c.detail for c in passed if c.name == "ruff-check" and c.detail), "")
+    ruff_version = re.match(r"(ruff [\w.]+)", ruff)
+    names = [
+        f"`{c.name}`"
+        + (f" ({ruff_version.group(1)})" if ruff_version and c.name == "ruff-check" else "")
+        for c in passed
+    ]
+    out = (
+        f"The hooks of v{b.base}'s `.pre-commit-config.yaml` that apply to this PR's files, "
+        f"run on this branch: {', '.join(names) or 'none'} passed"
     )
+    if old:
+        out += f"; {', '.join(f'`{c.name}`' for c in old)} report only what v{b.base} has too"
+    if failed:
+        out += f"; **failed**: {', '.join(f'`{c.name}`' for c in failed)}"
+    if not_run:
+        out += "; not run: " + "; ".join(f"`{c.name}`: {c.detail}" for c in not_run)
+    return out + "."
+
+
+def details(b: BodyInput) -> str:
+    out: list[str] = []
+    for part in b.parts:
+        what, _, _ = split_message(part.message)
+        if len(b.parts) > 1:
+            out += [f"**{part.subject}**", ""]
+        out += [unwrap(what) or part.subject, ""]
+    related = [p.evidence.related for p in b.parts if p.evidence and p.evidence.related]
+    if related:
+        out += ["**Related work**", "", *map(unwrap, related), ""]
+    out += [submitter_block(b)]
+    return "\n".join(out).rstrip()
 
 
 def submitter_block(b: BodyInput) -> str:
+    name = b.submitter.split(" <")[0]
     lines = [
-        "### Submitter (to fill in before opening this PR)",
+        "**AI assistance was used** for this change, its tests and this description "
+        f"(`Co-authored-by: {b.coauthor}`). The submitter, {b.submitter}, before opening:",
         "",
-        "> The human submitter must review every changed line of this PR and rerun the tests "
-        "(the commands under the Test Plan and the GPU tests listed here) before opening it, "
-        "then replace each `<FILL IN: ...>` and delete this note.",
-        "",
-        f"- Submitter (commits signed off as): {b.submitter}",
-        "- [ ] I reviewed every changed line and can explain and defend it: `<FILL IN: date>`",
-        "- [ ] I reran the Test Plan commands; results: `<FILL IN: paste or link>`",
-        "- [ ] Duplicate-work check (`gh issue view 48809 --repo vllm-project/vllm --comments`, "
-        '`gh pr list --repo vllm-project/vllm --state open --search "48809 in:body"`, '
-        '`gh pr list ... --search "<kernel names>"`) on `<FILL IN: date>`; '
-        "anything new since the Related work below: `<FILL IN>`",
+        "- [ ] checked for duplicate work (`gh pr list --repo vllm-project/vllm --state open "
+        '--search "<area keywords>"`, the linked issues): none open;',
+        f"- [ ] {name} reviewed every changed line;",
+        f"- [ ] {name} ran the commands under Validation and got the outputs shown.",
     ]
-    if b.tests:
-        lines.append(
-            "- [ ] vLLM's tests for the changed modules, on a GPU (not run by the tool): "
-            + ", ".join(f"`{t}`" for t in b.tests)
-            + "; result: `<FILL IN>`"
-        )
     if b.touches_outputs:
+        kernels = ", ".join(f"`{k}`" for k in b.touches_outputs[:3])
         lines.append(
-            "- [ ] Model evaluation, since this changes a kernel or its launch path "
-            f"({', '.join(f'`{k}`' for k in b.touches_outputs[:4])}): "
-            "`<FILL IN: e.g. lm_eval gsm8k, DeepSeek-V4-Flash, before / after>`"
-        )
-    if version(b.base) >= (0, 33):
-        lines.append(
-            "- [ ] I ran vLLM's `/pr-checklist` skill and addressed its findings: `<FILL IN>`"
+            f"- [ ] Model evaluation before and after (this changes {kernels}): `<results>`."
         )
     return "\n".join(lines)
 
 
-def related_block(b: BodyInput, topics: set[str], level: int = 3) -> str:
-    # The registry's own PRs concern a PR about the kernels it warms, not one
-    # about how the registry compiles.
-    registry = version(b.base) >= (0, 29) and not topics & {"compile-pool", "compile-sharing"}
-    topics = set(topics) | ({"registry"} if registry else set())
-    mine = [r for r in RELATED if set(r.topics) & topics]
-    rest = [r for r in RELATED if r not in mine]
-    head = "#" * level
-    out = [
-        f"{head} Related work (why this is not a duplicate)",
-        "",
-        f"Tracking issue: {ISSUE}. Upstream work on the same kernels, and how this PR differs:",
-        "",
-    ]
-    for r in mine:
-        out.append(f"- {r.ref} ({r.state}) *{r.title}*: {r.what} **This PR:** {r.differs}")
-    if rest:
-        out += ["", "<details><summary>Other related upstream work</summary>", ""]
-        out += [f"- {r.ref} ({r.state}) *{r.title}*: {r.what}" for r in rest]
-        out += ["", "</details>"]
-    return "\n".join(out)
-
-
-_STATUS = {
-    "passed": "passed",
-    "failed": "FAILED",
-    "pre-existing": "fails on the pristine tag too; nothing new from this PR",
-    "not run": "NOT run",
-}
-
-
-def _files_var(b: BodyInput) -> tuple[str, str]:
-    """(``FILES=...`` line, the file list it stands for)."""
-    joined = " ".join(b.files)
-    return f'FILES="{joined}"', joined
-
-
-def plan_block(b: BodyInput) -> str:
-    ran = [c for c in b.checks if c.status != "not run"]
-    skipped = [c for c in b.checks if c.status == "not run"]
-    files_line, joined = _files_var(b)
-    commands = [c.command.replace(joined, "$FILES") for c in ran]
-    out = [
-        f"Run by `make pr` (dsv4-warmup tooling) in a git copy of vLLM v{b.base} with this "
-        "branch checked out, on the files this PR changes. Each hook is the one the tree's "
-        "`.pre-commit-config.yaml` defines (stage `pre-commit`), run directly with its own "
-        "arguments: pre-commit itself cannot fetch hook repositories there. Results under "
-        "Test Result.",
-        "",
-        "```bash",
-        *([files_line] if any("$FILES" in c for c in commands) else []),
-        *commands,
-        "```",
-    ]
-    if skipped:
-        out += ["", "Not run (so not claimed):", ""]
-        out += [f"- `{c.name}`: {c.detail}" for c in skipped]
-    if b.not_applicable:
-        out += [
-            "",
-            "Hooks with no matching files: " + ", ".join(f"`{h}`" for h in b.not_applicable),
-        ]
-    return "\n".join(out)
-
-
-def _row_text(line: str) -> str:
-    if not line.startswith("|"):
-        return line.strip()
-    return " | ".join(c.strip() for c in line.strip().strip("|").split("|"))
-
-
-# "#15" in docs/gpu-results.md is this project's issue; on GitHub it would link
-# to vllm-project/vllm#15. Upstream references are written owner/repo#N.
-_PROJECT_REF = re.compile(r"(?<![\w/#&])#(\d{1,4})(?!\d)")
-
-
-def without_project_refs(text: str) -> str:
-    """``text`` with this project's issue references (``#15``) spelled out, so
-    GitHub does not link them to vLLM's issues of the same number."""
-    return _PROJECT_REF.sub(r"dsv4-warmup issue \1", text)
-
-
-def result_block(b: BodyInput, m: Measured | None, level: int = 3) -> str:
-    head = "#" * level
-    out = ["| check | result |", "|---|---|"]
-    for c in b.checks:
-        status = _STATUS.get(c.status, c.status)
-        if c.status == "not run":
-            status += f": {c.detail}"
-        elif c.detail:
-            status += f" ({c.detail})"
-        out.append(f"| `{c.name}` | {status} |")
-    out += [""]
-    if m is None:
-        out.append(
-            "GPU figures: not yet measured (no section or row of the results names this PR)."
-        )
-    else:
-        if m.own_rows or m.own_sections:
-            # The results file also holds CPU measurements: each table says which.
-            out += [f"{head} Measured on this base (`{m.source}`, vLLM {b.base})", ""]
-            out += [*m.own_rows, ""] if m.own_rows else []
-            out += _details(m.own_sections, level)
-        where = f"`{m.source}`" + (f", measured on the vLLM {m.base} series" if m.base else "")
-        if m.rows or m.sections:
-            out += [f"{head} Measured on GPU ({where})", ""]
-        if m.base and m.base != b.base and (m.rows or m.sections):
-            out += [
-                f"> These figures come from the v{m.base} series of these patches (same kernels), "
-                f"not from this v{b.base} branch: rerun them on this branch before opening.",
-                "",
-            ]
-        if m.rows:
-            out += [*m.rows, ""]
-        out += _details(m.sections, level)
-    if b.touches_outputs:
-        out += [
-            f"{head} Outputs on valid input",
-            "",
-            "This PR changes "
-            + ", ".join(f"`{k}`" for k in b.touches_outputs)
-            + " (a kernel or its launch path).",
-        ]
-        if m and (m.outputs or m.own_outputs):
-            out += ["Measured evidence that outputs are unchanged on valid input:", ""]
-            out += [f"- (v{b.base}) {_row_text(line)}" for line in m.own_outputs]
-            other = f"(v{m.base} series) " if m.base and m.base != b.base else ""
-            out += [f"- {other}{_row_text(line)}" for line in m.outputs]
-        else:
-            out.append(
-                "**Not yet shown** that outputs are unchanged on valid input: measure it (and a "
-                "model evaluation) before opening."
-            )
-    return without_project_refs("\n".join(out).rstrip())
-
-
-def _details(sections: list[tuple[str, str]], level: int) -> list[str]:
-    """Results sections, each folded under its heading."""
-    out: list[str] = []
-    for title, text in sections:
-        out += [
-            f"<details><summary>{title}</summary>",
-            "",
-            _demote(text, level + 1),
-            "",
-            "</details>",
-            "",
-        ]
-    return out
-
-
-def purpose_block(b: BodyInput) -> str:
-    out: list[str] = []
-    for subject, body in b.messages:
-        if len(b.messages) > 1:
-            out += [f"**{subject}**", ""]
-        out += [body or subject, ""]
-    if not any("48809" in body for _, body in b.messages):
-        out += [
-            f"Part of the fix for {ISSUE} (DeepSeek V4 JIT kernels compiled during inference).",
-            "",
-        ]
-    if b.depends:
-        out.append(
-            f"**Depends on** {len(b.depends)} earlier PR(s) of this series; their commits are the "
-            "first commits of this branch, so merge (or review) them first:"
-        )
-        for number, title, branch, reasons in b.depends:
-            why = f": {'; '.join(reasons[:3])}" if reasons else ""
-            out.append(f"- {number} {title} (branch `{branch}`){why}")
-    else:
-        out.append(f"**Depends on** nothing: applies on its own to vLLM v{b.base}.")
-    out += ["", "Files:", *[f"- `{f}`" for f in b.files]]
-    return "\n".join(out).rstrip()
+# --------------------------------------------------------------------------
+# The template
 
 
 def fill_template(template: str, sections: dict[str, str]) -> str:
@@ -718,50 +470,20 @@ def template_headings(template: str) -> list[str]:
     return [m.group(1).strip() for m in re.finditer(r"^##\s+(.*?)\s*$", template, re.M)]
 
 
-def render(b: BodyInput, template: str, results: Path) -> str:
-    topics = topics_of(b.identifiers, b.files)
-    m = measured(results, b.base, [s for s, _ in b.messages], b.numbers, b.slug, b.diff, topics)
+def render(b: BodyInput, template: str) -> str:
     heads = template_headings(template)
     if "Overview" in heads and "Validation" in heads:  # vLLM 0.27+
-        claims = [f"- {s}" for s, _ in b.messages]
-        if m and (m.rows or m.own_rows):
-            claims.append(
-                "- GPU measurements of the kernels this PR touches: see Validation (each "
-                "table says which change and base it measured)."
-            )
-        if b.touches_outputs:
-            if m and m.own_outputs:
-                outputs = "measured on this base, see Validation."
-            elif m and m.outputs:
-                outputs = (
-                    f"measured on the v{m.base} series (same kernels), not yet on this "
-                    "branch: see Validation."
-                )
-            else:
-                outputs = "NOT yet shown."
-            claims.append("- Outputs unchanged on valid input: " + outputs)
         sections = {
-            "Overview": "\n\n".join([f"{b.title}. Part of {ISSUE}.", ai_statement(b)]),
-            "Claims": "\n".join(claims),
-            "Validation": "\n\n".join(
-                ["### Test Plan", plan_block(b), "### Test Result", result_block(b, m, level=4)]
-            ),
-            "Details": "\n\n".join(
-                [purpose_block(b), related_block(b, topics), submitter_block(b)]
-            ),
+            "Overview": overview(b),
+            "Claims": claims(b),
+            "Validation": "\n\n".join([validation(b), hooks_line(b)]),
+            "Details": details(b),
         }
-    else:
+    else:  # Purpose / Test Plan / Test Result
         sections = {
-            "Purpose": "\n\n".join(
-                [
-                    ai_statement(b),
-                    purpose_block(b),
-                    related_block(b, topics),
-                    submitter_block(b),
-                ]
-            ),
-            "Test Plan": plan_block(b),
-            "Test Result": result_block(b, m),
+            "Purpose": "\n\n".join([overview(b), claims(b), details(b)]),
+            "Test Plan": validation(b),
+            "Test Result": hooks_line(b),
         }
     filled = fill_template(template, sections)
     head = f"<!-- title: {b.title} | branch: {b.branch} | base: v{b.base} -->\n"
@@ -770,6 +492,67 @@ def render(b: BodyInput, template: str, results: Path) -> str:
             "<!-- markdownlint-disable -->\n", "<!-- markdownlint-disable -->\n" + head, 1
         )
     return head + filled
+
+
+# --------------------------------------------------------------------------
+# Checks on a body
+
+
+def fence_problems(text: str) -> list[str]:
+    """Code fences that are never closed (CommonMark: a closing fence uses the
+    opening's character, at least as many times, and nothing after it)."""
+    problems: list[str] = []
+    fence: tuple[int, str] | None = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _FENCE.match(line)
+        if not m:
+            continue
+        if fence is None:
+            fence = (lineno, m.group(1))
+        elif (
+            m.group(1)[0] == fence[1][0]
+            and len(m.group(1)) >= len(fence[1])
+            and not m.group(2).strip()
+        ):
+            fence = None
+    if fence is not None:
+        problems.append(f"the code fence opened at line {fence[0]} is never closed")
+    return problems
+
+
+def lint(body: str) -> list[str]:
+    """What makes a body unfit to open: open fences, unbalanced ``<details>``,
+    lab words."""
+    problems = fence_problems(body)
+    if body.count("<details>") != body.count("</details>"):
+        problems.append("unbalanced <details> blocks")
+    for m in re.finditer(r"\bsessions?\b", body, re.I):
+        line = body[: m.start()].count("\n") + 1
+        problems.append(f"line {line} says {m.group(0)!r} (lab narrative, not a PR's words)")
+    return problems
+
+
+def prose(body: str) -> str:
+    """The body without code blocks, HTML comments and the template's own
+    checklist and footer: what a reviewer reads as text."""
+    text = re.sub(r"<!--.*?-->", "", body, flags=re.S)
+    text = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+    text = re.sub(r"^\*\*BEFORE SUBMITTING.*$", "", text, flags=re.M)
+    out: list[str] = []
+    fence: str | None = None
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if m and (fence is None or (m.group(1)[0] == fence[0] and not m.group(2).strip())):
+            fence = m.group(1) if fence is None else None
+            continue
+        if fence is None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def word_count(body: str) -> int:
+    """Words of :func:`prose` (headings and list markers are not words)."""
+    return len([w for w in prose(body).split() if re.search(r"[A-Za-z0-9]", w)])
 
 
 def version(base: str) -> tuple[int, ...]:

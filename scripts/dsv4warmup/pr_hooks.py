@@ -44,6 +44,7 @@ from typing import Any
 from .paths import CACHE
 
 STAGE = "pre-commit"
+PRINTS_ONLY = "only prints a message"  # a hook that checks nothing (vLLM's `suggestion`)
 
 # Remote hook repositories whose hook is a PyPI package of the same release:
 # repo URL suffix -> (package, executable).
@@ -512,7 +513,7 @@ def check(
         elif hook.language in ("script", "system"):
             argv = [*shlex.split(hook.entry), *hook.args]
             if argv[:2] == ["bash", "-c"] and argv[2:3] and argv[2].lstrip().startswith("echo "):
-                reason = "only prints a message"
+                reason = PRINTS_ONLY
         else:
             reason = f"language `{hook.language}` needs an environment pre-commit builds"
         _, shown = _argv(hook, tool)
