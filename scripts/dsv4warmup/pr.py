@@ -77,7 +77,9 @@ tree's ``.pre-commit-config.yaml`` that applies to the PR's files (vLLM's
 typos), and ``ruff check`` / ``ruff format --check`` with the ruff version the
 tree pins. A failure the pristine tag has too is not blamed on the PR.
 Nothing is written unless every check passes; otherwise exit 1 with one line
-per failure: patch, file, hook, and the tool's message (with its line).
+per failure: patch, file, hook, and the tool's message (with its line). A dry
+run (``DRY_RUN=1``) writes the branches and bodies anyway, for inspection, and
+still exits 1 with the same lines.
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ _IDENT = re.compile(r"^\s*([^<>]*[^<>\s])\s*<([^<>@\s]+@[^<>\s]+)>\s*$")
 
 class PrError(RuntimeError):
     """A failed check: the message names the patch, the file and the hook."""
+
+
+class DryRunFailures(PrError):
+    """A dry run wrote its branches and bodies, but checks failed."""
+
+    def __init__(self, message: str, prs: list[PullRequest]) -> None:
+        super().__init__(message)
+        self.prs = prs
 
 
 # --------------------------------------------------------------------------
@@ -838,7 +848,7 @@ def export(
         _git(repo, "checkout", "-q", series_branch)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
-        if errors:
+        if errors and not opts.dry_run:
             raise fail()
 
         numbers = {pr.slug: pr.number for pr in prs}
@@ -879,7 +889,7 @@ def export(
                     f"{len(message(longest)[1].split())}",
                     file=sys.stderr,
                 )
-        if errors:
+        if errors and not opts.dry_run:
             raise fail()
         if dest.exists():
             shutil.rmtree(dest)
@@ -888,6 +898,12 @@ def export(
             (dest / f"{pr.number}-{pr.slug}.md").write_text(pr.body)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if errors:  # a dry run: written for inspection, with what blocks opening them
+        raise DryRunFailures(
+            f"{summary(base, out, prs)}\ndry run: written, but checks failed (fix them "
+            "before opening any of these PRs):\n  " + "\n  ".join(errors),
+            prs,
+        )
     return prs
 
 

@@ -538,6 +538,15 @@ def test_checker_refuses_what_vllm_refuses(tmp_path: Path) -> None:
     assert "\x1b[" not in err
     assert not any(out.rglob("*.md")), "nothing is written when a check fails"
     assert not (out / "v0.26.0").exists()
+    # A dry run writes them for inspection, and still fails with the same lines.
+    dry = run_pr(patches, overlay, out, env_extra={"DRY_RUN": "1"})
+    assert dry.returncode == 1
+    lines = [ln for ln in err.splitlines() if ln.startswith("  ")]
+    assert lines and all(ln in dry.stderr for ln in lines)
+    assert "dry run: written, but checks failed" in dry.stderr
+    body = (out / "v0.26.0" / "0001-hooks.md").read_text()
+    assert_fit_to_open(body)
+    assert "**failed**: `check-forbidden-imports`, `check-torch-cuda-call`" in body
 
 
 def test_a_patch_without_evidence_is_refused_unless_dry_run(tmp_path: Path) -> None:
@@ -608,20 +617,30 @@ def test_refuses_without_a_person_to_sign_off(tmp_path: Path) -> None:
 # The real newest series: what `make pr` (default BASE) exports upstream
 
 
-def test_newest_series(tmp_path: Path) -> None:
-    """The newest series is what upstream PRs come from: it must pass vLLM's
-    hooks (mypy aside: `make pr` runs it, in minutes), and every body must be
-    fit to open and quote only its own patch's evidence. A dry run: the GPU
-    patches' evidence files come from a GPU host."""
+@pytest.fixture(scope="module")
+def newest(tmp_path_factory: pytest.TempPathFactory):
+    """A dry run of the newest series (its GPU patches' evidence comes from a
+    GPU host), mypy aside (`make pr` runs it, in minutes): (base, bodies'
+    folder, PRs, the failures it reports, options)."""
     bases = pr_mod.newest_bases()
     if not bases:
         pytest.skip("no real patch series exists yet")
     base = bases[0]
     if pr_body.version(base) < (0, 34):
         pytest.skip(f"the newest series, v{base}, predates the upstream base 0.34.0")
+    tmp = tmp_path_factory.mktemp("newest")
     opts = pr_mod.Options(signoff=JANE, skip=set(NO_MYPY.split(",")), dry_run=True)
-    prs = pr_mod.export(base, tmp_path, options=opts)  # PrError names each failure
-    dest = tmp_path / f"v{base}"
+    try:
+        prs, failures = pr_mod.export(base, tmp, options=opts), ""
+    except pr_mod.DryRunFailures as e:
+        prs, failures = e.prs, str(e)
+    return base, tmp / f"v{base}", prs, failures, opts
+
+
+def test_newest_series_bodies(newest) -> None:
+    """Every body of the newest series is fit to open and quotes only its own
+    patch's evidence (or says, in a dry run, that it has none yet)."""
+    base, dest, prs, _, opts = newest
     series = series_mod.load(base)
     assert sum(len(p.patches) for p in prs) == len(series.patches)
     members = sources.read_members(base, [TEMPLATE_0_34, ".pre-commit-config.yaml"])
@@ -645,6 +664,14 @@ def test_newest_series(tmp_path: Path) -> None:
             else:
                 assert "**Dry run: no evidence file**" in s["## Validation"]
         assert not foreign_numbers(body, *own), pr.number
+
+
+def test_newest_series_passes_vllms_hooks(newest) -> None:
+    """Upstream PRs come from the newest series: it must pass the tree's
+    pre-commit hooks, the pinned ruff and the dependency checks. A failure
+    here is the series' to fix; the message names patch, file, hook, line."""
+    _, _, _, failures, _ = newest
+    assert not failures, failures
 
 
 # --------------------------------------------------------------------------
