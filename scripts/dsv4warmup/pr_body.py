@@ -256,9 +256,14 @@ def split_message(message: str) -> tuple[str, str, list[str]]:
     for line in plan.splitlines():
         if line.startswith((" ", "\t")) and line.strip():
             commands.append(line.strip())
+        elif m := re.match(r"^(test_\w+):\s*(.*)$", line.strip()):
+            prose.append(f"- `{m.group(1)}`: {m.group(2)}")  # one test per item
         elif line.strip():
-            prose.append(line.strip())
-    return what.strip(), " ".join(prose), commands
+            if prose:
+                prose[-1] += " " + line.strip()
+            else:
+                prose.append(line.strip())
+    return what.strip(), "\n".join(prose), commands
 
 
 def unwrap(text: str) -> str:
@@ -341,18 +346,29 @@ def _run_block(run: Run, label: str, show_command: bool, show_where: bool) -> li
     return out
 
 
+def _same_command(a: str, b: str) -> bool:
+    def norm(c: str) -> str:
+        return " ".join(c.replace("\\\n", " ").split())
+
+    return norm(a) == norm(b)
+
+
 def validation(b: BodyInput, level: int = 3) -> str:
+    """Per patch: its test plan (commit message), then its evidence: the
+    command as run (where it differs from the plan's), the output on the base
+    and with the change, and its measurements."""
     out: list[str] = []
     for part in b.parts:
         if len(b.parts) > 1:
             out += [f"{'#' * level} {part.subject}", ""]
         _, plan, commands = split_message(part.message)
+        planned = _commands(commands)
+        if planned:
+            out += [_fenced("bash", planned), ""]
         if plan:
             out += [plan, ""]
         ev = part.evidence
         if ev is None:
-            if commands:
-                out += [_fenced("bash", _commands(commands)), ""]
             out += [
                 f"> **Dry run: no evidence file** `{part.evidence_path}`. Record the test's "
                 "output on the base commit and with this change there before opening.",
@@ -362,8 +378,8 @@ def validation(b: BodyInput, level: int = 3) -> str:
         before, after = ev.before, ev.after
         same = before.command == after.command
         same_where = before.where == after.where
-        if same:
-            out += [_fenced("bash", after.command), ""]
+        if same and not _same_command(after.command, planned):
+            out += ["Run as:", "", _fenced("bash", after.command), ""]
         out += _run_block(before, f"v{b.base}", not same, not same_where)
         out += _run_block(after, "With this change", not same, not same_where)
         if same_where:

@@ -820,8 +820,13 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
         "- build time unchanged (5.1 us both).",
     ]
     v = s["## Validation"]
-    assert v.startswith("A builder must start with every slot id -1.")
-    assert v.count("pytest -v -s tests/kernels/test_toy.py -k buffers") == 1  # both ran it
+    # The plan's command, its words, then the evidence: its command is the
+    # plan's (continuation aside), so it is not repeated.
+    assert v.startswith(
+        "```bash\npytest -v -s tests/kernels/test_toy.py \\\n  -k buffers\n```\n\n"
+        "A builder must start with every slot id -1.\n\n**v0.34.0**, pristine"
+    )
+    assert "Run as:" not in v
     assert "```text\nE   assert -17 == -1\n1 failed in 4.20s\n```" in v
     assert "Both on NVIDIA H200, Ubuntu 24.04; torch 2.14.0, triton 3.8.0; 2026-12-07." in v
     assert "### build time unchanged (5.1 us both)" in v and "Median of 50 launches." in v
