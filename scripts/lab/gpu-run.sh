@@ -3,7 +3,9 @@
 #   .lab/gpu-lab/ (the recipe), .lab/full/site.tar.xz (scripts/lab/build-lab-bundle.sh),
 #   .lab/trees/{pristine,patched}.tgz
 # made here by `make lab`. Writes logs under $OUT. Usage: gpu-run.sh PHASE...
-# Phases: upstream (vLLM's own kernel tests, pristine + patched), tilelang_compile (lscpu +
+# Phases: upstream (vLLM's own kernel tests, pristine + patched), tree_tests (the series' own tree
+# tests on pristine and patched code), extensible / c128a_bench (0.34.0's C128A bound and timing),
+# tilelang_compile (lscpu +
 # scripts/bench_tilelang_compile.py), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), guard_variants (where the c128a guard's cost goes), eagle_step
 # (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
@@ -66,6 +68,15 @@ phase_tree_tests() {
           -p no:cacheprovider $confcut "$file" $sel 2>&1 | tail -n 40
         echo "### $t $file: exit ${PIPESTATUS[0]}"
       done )
+  done
+}
+
+phase_c128a_bench() {  # the tree's C128A benchmark (the series' script) on each tree of
+  # C128A_BENCH_TREES (default "pristine without patched"): launch times and output digests
+  for t in ${C128A_BENCH_TREES:-pristine without patched}; do
+    ( lab $t; cd "$DSV4_VLLM_TREE" && echo "### C128A benchmark on $t" &&
+      cp /tmp/lab-patched/tree/benchmarks/kernels/benchmark_deepseek_v4_c128a_metadata.py /tmp/c128a_bench_$t.py &&
+      timeout ${PHASE_TIMEOUT:-300} python3 /tmp/c128a_bench_$t.py ${C128A_BENCH_ARGS:-} 2>&1 | grep -v "^(MainProcess\|^INFO\|^WARNING" )
   done
 }
 

@@ -19,6 +19,7 @@ import torch
 from c128a_reference import c128a_reference
 from compile_counters import triton_compiles
 from dsv4warmup.serving import FLASH, PRO
+from dsv4warmup.v033.lifecycle import available_runners
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
@@ -35,7 +36,7 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("runner", ["v2", "v1"])
+@pytest.mark.parametrize("runner", available_runners())
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
     from dsv4warmup.v033 import sparse_mla as driver

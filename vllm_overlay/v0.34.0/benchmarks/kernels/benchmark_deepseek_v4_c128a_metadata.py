@@ -7,6 +7,7 @@ a digest of the outputs, so that two builds can be compared for both.
 """
 
 import hashlib
+import inspect
 import json
 import statistics
 
@@ -35,7 +36,12 @@ def make_inputs(max_model_len: int, num_decode_tokens: int, num_prefill_tokens: 
     prefill_positions = torch.arange(num_prefill_tokens, device="cuda")
     num_tokens = num_decode_tokens + num_prefill_tokens
     req_ids = torch.arange(num_decodes, device="cuda").repeat_interleave(2)
+    # The block-id bound of builds whose kernel checks block ids.
+    bound = {}
+    if "num_kv_blocks" in inspect.signature(build_c128a_topk_metadata).parameters:
+        bound["num_kv_blocks"] = NUM_KV_BLOCKS
     return dict(
+        **bound,
         positions=torch.cat(
             [decode_positions[:num_decode_tokens], prefill_positions]
         ).long(),
