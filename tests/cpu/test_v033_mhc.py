@@ -10,8 +10,9 @@ compiles recorded at the same factories. Each tree runs in its own interpreter.
 
 The patched tree is ``trees.patched_tree("0.33.0")`` once ``patches/v0.33.0``
 exists; ``DSV4_V033_PATCHED_TREE`` names another (e.g. a dev tree) instead.
-Pristine 0.34.0 (the same drivers, Model Runner V2 only) is audited for the
-report's deployment: the same keys as 0.33.0's V2, launched and warmed.
+0.34.0 (the same drivers, Model Runner V2 only) is audited for the first case:
+pristine has the same keys as 0.33.0's V2, launched and warmed; its series
+warms exactly the runtime keys and launches what pristine launches.
 """
 
 from __future__ import annotations
@@ -49,23 +50,26 @@ def _case_json(cases: tuple[tuple[str, ServingConfig, bool], ...] = CASES) -> st
     )
 
 
-def _patched_tree() -> Path | None:
+def _patched_tree(base: str = "0.33.0") -> Path | None:
     override = os.environ.get("DSV4_V033_PATCHED_TREE")
-    if override:
+    if override and base == "0.33.0":
         return Path(override)
-    if (PATCHES / "v0.33.0" / "series").is_file():
-        return trees.patched_tree("0.33.0")
+    if (PATCHES / f"v{base}" / "series").is_file():
+        return trees.patched_tree(base)
     return None
 
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, Any]:
-    """``{"pristine": report, "patched": report or None, "pristine_0.34.0":
-    report of the first case}``, two trees at a time."""
+    """``{"pristine": report, "patched": report or None}`` and, of the first
+    case only, ``"pristine_0.34.0"`` / ``"patched_0.34.0"``; two trees at a time."""
     pristine = trees.pristine_tree("0.33.0")
     patched = _patched_tree()
     todo = {"pristine": (pristine, CASES)} | ({"patched": (patched, CASES)} if patched else {})
     todo["pristine_0.34.0"] = (trees.pristine_tree("0.34.0"), CASES[:1])
+    patched_034 = _patched_tree("0.34.0")
+    if patched_034 is not None:
+        todo["patched_0.34.0"] = (patched_034, CASES[:1])
     with ThreadPoolExecutor(2) as pool:
         futures = {
             name: pool.submit(
@@ -75,13 +79,14 @@ def reports() -> dict[str, Any]:
         }
         out = {name: f.result() for name, f in futures.items()}
     out.setdefault("patched", None)
+    out.setdefault("patched_0.34.0", None)
     return out
 
 
-def _patched(reports: dict[str, Any]) -> dict[str, Any]:
-    if reports["patched"] is None:
-        pytest.skip("no patched 0.33.0 tree (patches/v0.33.0 not generated yet)")
-    return reports["patched"]
+def _patched(reports: dict[str, Any], name: str = "patched") -> dict[str, Any]:
+    if reports[name] is None:
+        pytest.skip(f"no {name} tree (its series is not generated yet)")
+    return reports[name]
 
 
 def _counts(row: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -152,6 +157,15 @@ def test_pristine_0_34_0_is_0_33_0_on_model_runner_v2(reports: dict[str, Any]) -
     for kernel, row in old.items():
         for side in ("runtime", "warmed"):
             assert set(new["v2"][kernel][side]) == set(row[side]), (kernel, side)
+
+
+def test_patched_0_34_0_warms_exactly_what_pristine_launches(reports: dict[str, Any]) -> None:
+    case = CASES[0][0]
+    rows = _patched(reports, "patched_0.34.0")[case]["v2"]
+    for kernel, row in rows.items():
+        runtime, warmed = set(row["runtime"]), set(row["warmed"])
+        assert runtime == warmed, f"{kernel}: missing {runtime - warmed}, wasted {warmed - runtime}"
+        assert runtime == set(reports["pristine_0.34.0"][case]["v2"][kernel]["runtime"]), kernel
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

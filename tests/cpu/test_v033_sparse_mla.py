@@ -13,8 +13,9 @@ Each tree runs in a fresh interpreter (``trees.json_from_tree``).
 * patched: every runtime key is warmed, nothing else is.
 * the patches change no launch, except the C128A kernel's three new bounds,
   which are unspecialized.
-* pristine 0.34.0 (the same drivers; Model Runner V2 only, V1 is gone): the
-  same gaps, and its runtime and warmed keys are 0.33.0's V2 keys.
+* 0.34.0 (the same drivers; Model Runner V2 only, V1 is gone): pristine has
+  the same gaps, its runtime and warmed keys are 0.33.0's V2 keys; its series
+  closes them the same way.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import pytest
 C128A = "BuildC128ATopkMetadataKernel.kernel"
 COMBINE = "CombineTopkSwaIndicesKernel.kernel"
 RUNNERS = ("v2", "v1")
-# (base, runner) of the pristine trees: 0.34.0 has no V1 runner.
-PRISTINE = [("0.33.0", "v2"), ("0.33.0", "v1"), ("0.34.0", "v2")]
+# (base, runner) audited: 0.34.0 has no V1 runner.
+BASE_RUNNERS = [("0.33.0", "v2"), ("0.33.0", "v1"), ("0.34.0", "v2")]
 # Specialization positions of the combine kernel's pointers.
 COMBINE_PTRS = {"topk_indices": 3, "query_start_loc": 5, "seq_lens": 6, "gather_lens": 7}
 # The patched C128A kernel's guard bounds: block_table_rows, readable_width,
@@ -39,16 +40,16 @@ COMBINE_PTRS = {"topk_indices": 3, "query_start_loc": 5, "seq_lens": 6, "gather_
 C128A_BOUNDS = (12, 13, 15)
 
 
-def _patched_tree() -> Path:
+def _patched_tree(base: str) -> Path:
     override = os.environ.get("DSV4_V033_PATCHED_TREE")
-    if override:
+    if override and base == "0.33.0":
         return Path(override).resolve()
     from dsv4warmup import trees
     from dsv4warmup.paths import PATCHES
 
-    if not (PATCHES / "v0.33.0" / "series").exists():
-        pytest.skip("patches/v0.33.0 has no series yet")
-    return trees.patched_tree("0.33.0")
+    if not (PATCHES / f"v{base}" / "series").exists():
+        pytest.skip(f"patches/v{base} has no series yet")
+    return trees.patched_tree(base)
 
 
 @functools.cache
@@ -56,7 +57,7 @@ def _audit(which: str, base: str = "0.33.0") -> dict[str, Any]:
     """The ``--quick`` audit of every runner of the tree, as JSON by runner."""
     from dsv4warmup import trees
 
-    tree = trees.pristine_tree(base) if which == "pristine" else _patched_tree()
+    tree = trees.pristine_tree(base) if which == "pristine" else _patched_tree(base)
     return trees.json_from_tree(tree, "-m", "dsv4warmup.v033.sparse_mla", "flash", "--quick")
 
 
@@ -68,7 +69,7 @@ def _aligned(key: str, pointer: str) -> bool:
     return _spec(key)[COMBINE_PTRS[pointer]][1] == "D"
 
 
-@pytest.mark.parametrize(("base", "runner"), PRISTINE)
+@pytest.mark.parametrize(("base", "runner"), BASE_RUNNERS)
 def test_pristine_audit_reports_the_gaps(base: str, runner: str) -> None:
     rows = _audit("pristine", base)[runner]
     c128a, combine = rows[C128A], rows[COMBINE]
@@ -98,9 +99,9 @@ def test_pristine_audit_reports_the_gaps(base: str, runner: str) -> None:
     }
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_patched_runtime_keys_are_warmed(runner: str) -> None:
-    rows = _audit("patched")[runner]
+@pytest.mark.parametrize(("base", "runner"), BASE_RUNNERS)
+def test_patched_runtime_keys_are_warmed(base: str, runner: str) -> None:
+    rows = _audit("patched", base)[runner]
     for kernel in (C128A, COMBINE):
         runtime, warmed = set(rows[kernel]["runtime"]), set(rows[kernel]["warmed"])
         assert runtime <= warmed, f"{kernel}: {len(runtime - warmed)} keys not warmed"
@@ -115,9 +116,9 @@ def _without_bounds(key: str) -> tuple[Any, ...]:
     return kept, options
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_patched_launches_equal_pristine(runner: str) -> None:
-    pristine, patched = _audit("pristine")[runner], _audit("patched")[runner]
+@pytest.mark.parametrize(("base", "runner"), BASE_RUNNERS)
+def test_patched_launches_equal_pristine(base: str, runner: str) -> None:
+    pristine, patched = _audit("pristine", base)[runner], _audit("patched", base)[runner]
     assert set(patched[COMBINE]["runtime"]) == set(pristine[COMBINE]["runtime"])
     assert {_without_bounds(k) for k in patched[C128A]["runtime"]} == {
         ast.literal_eval(k) for k in pristine[C128A]["runtime"]

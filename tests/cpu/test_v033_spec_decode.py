@@ -15,10 +15,10 @@ in its own interpreter (``trees.json_from_tree``), the two trees side by side.
   intentional change (one variant, its scalars no longer specialized).
 * The patched step kernel, run by the Triton interpreter, writes what the
   pristine kernel and a torch reference write.
-* Pristine 0.34.0 (the same drivers): Model Runner V2 only, no EAGLE helper
-  (V1 and ``vllm/v1/spec_decode/utils.py`` are gone), and the MTP norm missed
-  as in 0.33.0 (the speculator's ``load_model`` still runs outside the
-  active registry).
+* 0.34.0 (the same drivers): Model Runner V2 only, no EAGLE helper (V1 and
+  ``vllm/v1/spec_decode/utils.py`` are gone); pristine misses the MTP norm as
+  0.33.0 does (the speculator's ``load_model`` still runs outside the active
+  registry), patched warms it and launches the same key.
 """
 
 from __future__ import annotations
@@ -98,19 +98,19 @@ print(json.dumps(sd.interpret_step(cases)))
 """
 
 
-def _patched_tree() -> Path | None:
-    """The 0.33.0 tree with the series applied (``DSV4_V033_PATCHED_TREE``
-    names another one, e.g. a dev tree, while the series is regenerated);
-    None while there is no 0.33.0 series."""
+def _patched_tree(base: str = "0.33.0") -> Path | None:
+    """The ``base`` tree with its series applied (for 0.33.0,
+    ``DSV4_V033_PATCHED_TREE`` names another one, e.g. a dev tree, while the
+    series is regenerated); None while there is no series."""
     from dsv4warmup import trees
     from dsv4warmup.paths import PATCHES
 
     override = os.environ.get("DSV4_V033_PATCHED_TREE")
-    if override:
+    if override and base == "0.33.0":
         return Path(override).resolve()
-    if not (PATCHES / "v0.33.0" / "series").exists():
+    if not (PATCHES / f"v{base}" / "series").exists():
         return None
-    return trees.patched_tree("0.33.0")
+    return trees.patched_tree(base)
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +123,10 @@ def results() -> dict[str, Any]:
         if tree is not None:
             jobs[name] = (tree, "-m", "dsv4warmup.v033.spec_decode", "report", sweep)
             jobs[f"{name}_interpret"] = (tree, "-c", _INTERPRET, cases)
-    jobs["pristine_0.34.0"] = (
-        trees.pristine_tree("0.34.0"), "-m", "dsv4warmup.v033.spec_decode", "report", sweep
-    )  # fmt: skip
+    v034 = (("pristine", trees.pristine_tree("0.34.0")), ("patched", _patched_tree("0.34.0")))
+    for name, tree in v034:
+        if tree is not None:
+            jobs[f"{name}_0.34.0"] = (tree, "-m", "dsv4warmup.v033.spec_decode", "report", sweep)
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(trees.json_from_tree, *job) for name, job in jobs.items()}
         return {name: f.result() for name, f in futures.items()}
@@ -133,7 +134,7 @@ def results() -> dict[str, Any]:
 
 def _patched(results: dict[str, Any], name: str = "patched") -> Any:
     if name not in results:
-        pytest.skip("no 0.33.0 series yet (DSV4_V033_PATCHED_TREE names a patched tree)")
+        pytest.skip(f"no series for {name} yet (DSV4_V033_PATCHED_TREE names a 0.33.0 one)")
     return results[name]
 
 
@@ -207,6 +208,17 @@ def test_pristine_0_34_0_misses_the_mtp_norm_on_model_runner_v2(results: dict[st
     for entry in results["pristine_0.34.0"]:
         assert set(entry["runners"]) == {"v2"}
         assert "drafter_model" not in entry["runners"]["v2"]["active"]
+
+
+def test_patched_0_34_0_warms_the_mtp_norm(results: dict[str, Any]) -> None:
+    rows = _rows(_patched(results, "patched_0.34.0"))
+    pristine = _rows(results["pristine_0.34.0"])
+    assert rows.keys() == pristine.keys()
+    for key, r in rows.items():
+        assert (r["runtime"], r["warmed"], r["missing"], r["wasted"]) == (1, 1, 0, 0), key
+        assert r["keys"] == pristine[key]["keys"], key
+    for entry in _patched(results, "patched_0.34.0"):
+        assert "drafter_model" in entry["runners"]["v2"]["active"]
 
 
 def test_patched_warms_every_launched_key(results: dict[str, Any]) -> None:
