@@ -32,7 +32,7 @@ class Row:
     missing: int
     wasted: int
     group: str = ""
-    # 0.33.0 rows: which model runner, and a witness batch per missing key (a few)
+    # registry-era rows (0.33.0 on): which model runner, and a witness batch per missing key
     runner: str = ""
     witnesses: list[str] = field(default_factory=list)
 
@@ -54,7 +54,7 @@ def rows_for(
     group: str | None = None,
     runner_fails: Callable[[str, BaseException], bool] | None = None,
 ) -> list[Row]:
-    """Audit the vLLM tree importable in this process (0.33.0: one kernel
+    """Audit the vLLM tree importable in this process (registry era: one kernel
     group; ``runner_fails`` as in :func:`dsv4warmup.v033.audit.rows_for`)."""
     if _is_v033(Path(os.environ.get("DSV4_VLLM_TREE", "."))):
         from .v033 import audit as v033_audit
@@ -73,7 +73,7 @@ def rows_for(
 
 def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> list[Row]:
     """Audit ``tree`` in fresh interpreters: one for a 0.25/0.26 tree; one per
-    kernel group for 0.33.0, whose drivers stand in for different GPU-only
+    kernel group from 0.33.0 on, whose drivers stand in for different GPU-only
     packages (vLLM caches what it finds installed), two at a time."""
     overrides = json.dumps(cfg_overrides or {})
     if not _is_v033(tree):
@@ -133,7 +133,7 @@ if __name__ == "__main__":
 def audit_point(tree: Path, point: Any) -> dict[str, Any]:
     """``{"config", "rows"}`` or ``{"error", "flag"}`` for one configuration
     space point (a ``vllm serve`` command line) on ``tree``, in a fresh
-    interpreter: 0.33.0 trees resolve and audit in one; older ones resolve
+    interpreter: registry-era trees resolve and audit in one; older ones resolve
     first (their own parser and config classes), then audit."""
     from . import configspace
 

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's own ``VllmConfig`` for a serving configuration, built on CPU.
+"""A registry-era tree's own ``VllmConfig`` for a serving configuration, built on CPU.
 
 The configuration goes through the tree's ``EngineArgs.create_engine_config``
 exactly as ``vllm serve`` flags do (same defaults, same validation errors), for

@@ -1,4 +1,4 @@
-"""Build a 0.33.0 tree's DeepSeek V4 target and MTP draft models on the meta device.
+"""Build a registry-era tree's DeepSeek V4 target and MTP draft models on the meta device.
 
 The model classes are the tree's own, constructed through the model loader's
 ``create_model`` exactly as the runners construct them (no weights are loaded):

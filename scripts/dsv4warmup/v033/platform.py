@@ -1,4 +1,4 @@
-"""Make a 0.33.0 tree import and configure as on an NVIDIA GPU, on a CPU-only machine.
+"""Make a registry-era tree (0.33.0, 0.34.0) import and configure as on an NVIDIA GPU, on a CPU.
 
 vLLM's CUDA platform imports its compiled op library, and some modules query
 it at import time; model inspection imports the FlashAttention extension. The
