@@ -78,8 +78,9 @@ StartupKeys = dict[str, set[Key]]
 GUMBEL_KERNEL = "_gumbel_sample_kernel"
 RESAMPLE_KERNEL = "_resample_kernel"
 
-# KV blocks the stand-in cache offers warmup (ample: no cap on its requests).
-_KV_BLOCKS = 1 << 20
+# KV blocks the stand-in cache offers warmup: ample, no cap on its requests
+# (``warmup.py`` caps them by the committable blocks, a runtime value).
+KV_BLOCKS = 1 << 20
 
 
 # --- what a CPU lacks ---------------------------------------------------------------
@@ -325,7 +326,7 @@ def _check_defaults(config: Any) -> None:
     assert config.parallel_config.pipeline_parallel_size == 1
 
 
-def build_runner(config: Any) -> Any:
+def build_runner(config: Any, kv_blocks: int = KV_BLOCKS) -> Any:
     """``GPUModelRunner(vllm_config, device)`` and its ``load_model`` with the
     model given (the runner builds its samplers there,
     ``model_runner.py`` ``load_model``); the drafter's model too
@@ -345,11 +346,11 @@ def build_runner(config: Any) -> Any:
 
     with mock.patch.object(speculator, "load_model", load_draft):
         runner.load_model(model=LogitsHead(config))
-    _kv_cache_layout(runner)
+    _kv_cache_layout(runner, kv_blocks)
     return runner
 
 
-def _kv_cache_layout(runner: Any) -> None:
+def _kv_cache_layout(runner: Any, kv_blocks: int) -> None:
     import torch
     from vllm.utils.math_utils import cdiv
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -358,7 +359,7 @@ def _kv_cache_layout(runner: Any) -> None:
     block_size = runner.cache_config.block_size
     spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.uint8)
     runner.kv_cache_config = KVCacheConfig(
-        num_blocks=_KV_BLOCKS,
+        num_blocks=kv_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.attn"], spec)],
     )
@@ -521,7 +522,9 @@ def _dummy_run_num_reqs(runner: Any, num_tokens: int) -> int:
     return int(min(num_reqs, runner.max_num_tokens // runner.speculator.num_query_per_req))
 
 
-def startup_keys(cfg: ServingConfig, runner_name: str = "v2") -> StartupKeys:
+def startup_keys(
+    cfg: ServingConfig, runner_name: str = "v2", *, kv_blocks: int = KV_BLOCKS
+) -> StartupKeys:
     """Keys V2's start-up launches in sampling and verification, in the
     worker's order (``gpu_worker.py``): ``profile_run``'s
     ``_dummy_sampler_run``; ``kernel_warmup``'s ``JitWarmupRegistry.warmup()``
@@ -530,14 +533,15 @@ def startup_keys(cfg: ServingConfig, runner_name: str = "v2") -> StartupKeys:
     cache, ``run_kv_cache_sizing_warmup``; the final ``_dummy_run`` +
     ``_dummy_sampler_run`` before the JIT monitor starts. CUDA-graph capture
     samples nothing on the target; its drafter captures sample as the
-    warmup steps' drafts do."""
+    warmup steps' drafts do. ``kv_blocks``: the KV blocks warmup may commit
+    (fewer than its requests need lowers their number)."""
     assert runner_name == "v2", "0.34.0 has Model Runner V2 only"
     config = vllm_config(cfg)
     from vllm.v1.worker.gpu.warmup import run_kv_cache_sizing_warmup, warmup_kernels
 
     w = Witnesses()
     with lifecycle.selected("v2"), cpu_hosted_h200(config), _one_thread():
-        runner = build_runner(config)
+        runner = build_runner(config, kv_blocks)
         steps = Steps(runner, w, "start-up")
         sc = config.scheduler_config
         with w.recording():
@@ -896,17 +900,22 @@ def _spec_text(entry: Any) -> str:
     return " ".join(str(x) for x in entry if x not in ("", None)) or repr(entry)
 
 
-def report(cfg: ServingConfig, sweep: Sweep = DEFAULT) -> dict[str, Any]:
+def report(
+    cfg: ServingConfig, sweep: Sweep = DEFAULT, kv_blocks: int = KV_BLOCKS
+) -> dict[str, Any]:
     """Per kernel: runtime keys, start-up keys, missing ones (each with one
     witness and how it differs from the closest start-up key); keys as
     ``repr`` strings (JSON)."""
     runtime = runtime_keys(cfg, sweep=sweep)
-    startup = startup_keys(cfg)
+    startup = startup_keys(cfg, kv_blocks=kv_blocks)
     gap = missing(runtime, startup)
+    from dsv4warmup.triton_keys import param_names
+
     rows = {}
     for kernel in sorted(set(runtime) | set(startup)):
         warmed = startup.get(kernel, set())
         rows[kernel] = {
+            "params": list(param_names(kernel)),
             "runtime": {repr(k): w for k, w in runtime.get(kernel, {}).items()},
             "startup": sorted(repr(k) for k in warmed),
             "missing": {
@@ -943,6 +952,9 @@ def _main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - CLI
     parser.add_argument("model", choices=("flash", "pro"))
     parser.add_argument("--k", default="1", help="speculative tokens, comma-separated")
     parser.add_argument("--max-num-seqs", type=int, default=None)
+    parser.add_argument(
+        "--kv-blocks", type=int, default=KV_BLOCKS, help="KV blocks start-up warmup may commit"
+    )
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="3 request classes, no high load")
     size.add_argument("--full", action="store_true", help="also every batch size, more mixes")
@@ -955,7 +967,7 @@ def _main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - CLI
     for k in (int(x) for x in args.k.split(",")):
         t = time.time()
         sweep = QUICK if args.quick else FULL if args.full else DEFAULT
-        result = report(base.replace(num_speculative_tokens=k), sweep)
+        result = report(base.replace(num_speculative_tokens=k), sweep, args.kv_blocks)
         result["seconds"] = round(time.time() - t, 1)
         results.append(result)
         if not args.json:

@@ -1,0 +1,154 @@
+"""Model Runner V2's sampling and verification kernels on vLLM 0.34.0, DeepSeek V4 + MTP.
+
+:mod:`dsv4warmup.v033.sampling` drives the tree's real ``GPUModelRunner`` on the
+meta device: serving steps through its own request bookkeeping, input
+preparation and ``sample`` (``Sampler`` / ``RejectionSampler``) plus the MTP
+drafter's ``sample_draft``, and start-up through the tree's own
+``_dummy_sampler_run``, registry warmup, ``warmup_kernels`` and
+``run_kv_cache_sizing_warmup``, recording every Triton key. One interpreter
+per tree (``trees.json_from_tree``), the quick sweep (k=1; greedy, a plain
+``temperature=0.7`` request and a filtered one, alone and mixed).
+
+* Pristine 0.34.0 misses exactly two keys: ``_gumbel_sample_kernel`` with FP32
+  logits (the first prefill-only step of a plain ``temperature=0.7`` request:
+  processed logits, no top-k/top-p so no fused FlashInfer sampler) and
+  ``_resample_kernel`` with FP32 logits and ``SKIP_MASKED_BLOCKS=False`` (that
+  request's first verification step). The only non-greedy warm-up request,
+  ``SamplingParams.for_sampler_warmup()``, enables every filter.
+* Positive controls: keys start-up does compile are found on both sides -- the
+  model-dtype Gumbel key (greedy steps), the ``(FP32, SKIP_MASKED_BLOCKS=True)``
+  and ``(bf16, False)`` resample keys, the draft ``greedy_argmax``.
+* Patched: the same runtime keys, no new miss; once the series carries a
+  sampling fix (it touches one of :data:`SAMPLING_FILES`), nothing missing.
+"""
+
+from __future__ import annotations
+
+import ast
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+GUMBEL = "_gumbel_sample_kernel"
+RESAMPLE = "_resample_kernel"
+ARGMAX = "_argmax_partial"
+
+# Files a fix of these gaps would change (warmup, the samplers, their kernels).
+SAMPLING_FILES = (
+    "vllm/v1/worker/gpu/warmup.py",
+    "vllm/v1/worker/gpu/sample/gumbel.py",
+    "vllm/v1/worker/gpu/sample/sampler.py",
+    "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py",
+    "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
+)
+
+_ARGS = ("-m", "dsv4warmup.v033.sampling", "flash", "--k", "1", "--quick", "--json")
+
+
+def _series_fixes_sampling() -> bool:
+    from dsv4warmup import series
+    from dsv4warmup.paths import PATCHES
+
+    if not (PATCHES / "v0.34.0" / "series").exists():
+        return False
+    touched = set(series.load("0.34.0").touched_files)
+    return any(f in touched for f in SAMPLING_FILES)
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, Any]:
+    from dsv4warmup import trees
+    from dsv4warmup.paths import PATCHES
+
+    jobs = {"pristine": trees.pristine_tree("0.34.0")}
+    if (PATCHES / "v0.34.0" / "series").exists():
+        jobs["patched"] = trees.patched_tree("0.34.0")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            name: pool.submit(trees.json_from_tree, tree, *_ARGS) for name, tree in jobs.items()
+        }
+        return {name: f.result()[0] for name, f in futures.items()}
+
+
+def _decoded(row: dict[str, Any], key: str) -> dict[str, Any]:
+    """A key's specialization by parameter name (``(type, attribute)``, or
+    ``("constexpr", value)``)."""
+    spec, _options = ast.literal_eval(key)
+    return dict(zip(row["params"], spec, strict=True))
+
+
+def _runtime(result: dict[str, Any], kernel: str) -> list[dict[str, Any]]:
+    row = result["kernels"][kernel]
+    return [_decoded(row, k) for k in row["runtime"]]
+
+
+def _startup(result: dict[str, Any], kernel: str) -> list[dict[str, Any]]:
+    row = result["kernels"][kernel]
+    return [_decoded(row, k) for k in row["startup"]]
+
+
+def _missing(result: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any], str]]]:
+    out = {}
+    for kernel, row in result["kernels"].items():
+        if row["missing"]:
+            out[kernel] = [(_decoded(row, k), m["witness"]) for k, m in row["missing"].items()]
+    return out
+
+
+def test_pristine_misses_fp32_gumbel_and_unmasked_fp32_resample(results: dict[str, Any]) -> None:
+    missing = _missing(results["pristine"])
+    assert sorted(missing) == [GUMBEL, RESAMPLE]
+
+    [(gumbel, witness)] = missing[GUMBEL]
+    assert gumbel["logits_ptr"] == ("*fp32", "D")
+    assert witness == "k=1: prefill-only step, 1 reqs [t0.7]"
+
+    [(resample, witness)] = missing[RESAMPLE]
+    assert resample["target_logits_ptr"] == ("*fp32", "D")
+    assert resample["SKIP_MASKED_BLOCKS"] == ("constexpr", False)
+    assert witness == "k=1: verify step, 1 reqs x 1 drafts [t0.7]"
+
+
+def test_pristine_positive_controls(results: dict[str, Any]) -> None:
+    """Keys start-up compiles are found by both sides (same encoding)."""
+    pristine = results["pristine"]
+    bf16_gumbel = [k for k in _runtime(pristine, GUMBEL) if k["logits_ptr"] == ("*bf16", "D")]
+    assert len(bf16_gumbel) == 1 and bf16_gumbel[0] in _startup(pristine, GUMBEL)
+    assert len(_startup(pristine, GUMBEL)) == 1  # the model-dtype one only
+
+    resample = {
+        (k["target_logits_ptr"][0], k["SKIP_MASKED_BLOCKS"][1]): k
+        for k in _runtime(pristine, RESAMPLE)
+    }
+    assert set(resample) == {("*bf16", False), ("*fp32", True), ("*fp32", False)}
+    warmed = _startup(pristine, RESAMPLE)
+    assert resample["*bf16", False] in warmed and resample["*fp32", True] in warmed
+
+    # The MTP drafter samples greedily from model-dtype logits: one key, warmed.
+    assert _runtime(pristine, ARGMAX) == _startup(pristine, ARGMAX)
+    assert _runtime(pristine, ARGMAX)[0]["X"] == ("*bf16", "D")
+
+
+def _patched(results: dict[str, Any]) -> dict[str, Any]:
+    if "patched" not in results:
+        pytest.skip("no 0.34.0 series")
+    return results["patched"]
+
+
+def test_patched_launches_what_pristine_launches(results: dict[str, Any]) -> None:
+    """The series warms; it changes neither what serving launches nor adds a miss."""
+    patched = _patched(results)
+    pristine = results["pristine"]
+    for kernel, row in pristine["kernels"].items():
+        assert set(patched["kernels"][kernel]["runtime"]) == set(row["runtime"]), kernel
+        assert set(patched["kernels"][kernel]["missing"]) <= set(row["missing"]), kernel
+
+
+def test_patched_misses_nothing(results: dict[str, Any]) -> None:
+    patched = _patched(results)
+    if not _series_fixes_sampling():
+        pytest.skip("the 0.34.0 series touches none of SAMPLING_FILES: no sampling fix yet")
+    assert _missing(patched) == {}
