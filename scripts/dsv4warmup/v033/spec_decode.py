@@ -676,27 +676,33 @@ def run_call_sites(
     every request count and sampled-token width, discarded requests, nothing
     or everything accepted, prefill chunks, positions at ``max_model_len``,
     CUDA-graph padding. ``eagle=False``: Model Runner V2, which launches only
-    the MTP norm of these. Returns the number of steps."""
+    the MTP norm of these (and needs no V1 module: 0.34.0 has none). Returns
+    the number of steps."""
+    import torch
+
     from dsv4warmup.callsites import spec_decode as cs
 
     count = 0
     with contextlib.ExitStack() as stack:
         if str(device) == "cpu":
             # No page-locked host memory without an accelerator.
-            for module in (
-                "vllm.v1.utils",
-                "vllm.utils.torch_utils",
-                "vllm.v1.spec_decode.llm_base_proposer",
-            ):
+            modules = ["vllm.v1.utils", "vllm.utils.torch_utils"]
+            if eagle:
+                modules.append("vllm.v1.spec_decode.llm_base_proposer")
+            for module in modules:
                 stack.enter_context(mock.patch(f"{module}.PIN_MEMORY", False))
-        stack.enter_context(mock.patch.object(cs, "_common_attn_metadata", _common_attn_metadata))
-        eng = _DeviceEngine(cfg, device, padded)
-        for seed, step in enumerate(cs.steps(cfg, batch_sizes) if eagle else ()):
-            cs._run_step(eng, step, seed, check)  # type: ignore[arg-type]
-            count += 1
+        eng: Any = SimpleNamespace(cfg=cfg, device=torch.device(device))  # what the MTP norm reads
+        if eagle:
+            stack.enter_context(
+                mock.patch.object(cs, "_common_attn_metadata", _common_attn_metadata)
+            )
+            eng = _DeviceEngine(cfg, device, padded)
+            for seed, step in enumerate(cs.steps(cfg, batch_sizes)):
+                cs._run_step(eng, step, seed, check)
+                count += 1
         k, n = cfg.num_speculative_tokens, cfg.max_num_seqs
         for num_tokens in sorted({1, 2, 3, 16, 17, 33, n, n * k}):
-            cs._mtp_compute_logits(eng, num_tokens, check)  # type: ignore[arg-type]
+            cs._mtp_compute_logits(eng, num_tokens, check)
             count += 1
     return count
 
