@@ -174,7 +174,7 @@ def test_pool_rows_count_the_outermost_pool_only() -> None:
     """The ``TileLang compile pool`` row: the registry's pool once, not again
     for each kernel's ``compile_many`` that re-enters it inside (the first H200
     bench showed 48 keys for 24 TileLang compiles); the pool's ``start``
-    passes through the timing wrapper (session 18's bench lost it)."""
+    passes through the timing wrapper (the 2026-12-06 compiler-process bench lost it)."""
     if not (PATCHES / "v0.33.0").is_dir():
         pytest.skip("no 0.33.0 series")
     from dsv4warmup.gpu.prewarm_runner import POOL_ROW, REGISTRY_ROW, TRITON_POOL_ROW, WAIT_ROW

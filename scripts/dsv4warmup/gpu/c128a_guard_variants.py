@@ -14,7 +14,7 @@ variants). The variants are measurements, not proposals: ``no-*`` each drop a ch
 that keeps garbage from becoming an address (``no-other`` only the load's
 fill value); ``two-clamps`` clamps ``num_compressed`` a second time and
 ``in-range-count`` counts only in-range block ids with a block-wide sum after
-the load (both the same outputs on valid input; 0001 as of session 19 had
+the load (both the same outputs on valid input; 0.33.0's 0001 of 2026-12-06 had
 both).
 """
 
