@@ -505,6 +505,12 @@ def touched_launch_code(repo: Path, commit: str, patch: Patch) -> list[str]:
             tree = ast.parse(after)
         except SyntaxError:
             continue
+        owner = {
+            child: node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef)
+            for child in node.body
+        }
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -512,8 +518,10 @@ def touched_launch_code(repo: Path, commit: str, patch: Patch) -> list[str]:
             if not span & (added | removed_at):
                 continue
             decos = " ".join(ast.unparse(d) for d in node.decorator_list)
-            if re.search(r"\bjit\b|prim_func|tilelang", decos) and node.name not in hits:
-                hits.append(node.name)
+            cls = owner.get(node)
+            name = f"{cls.name}.{node.name}" if cls else node.name  # a registry kernel's `kernel`
+            if re.search(r"\bjit\b|prim_func|tilelang", decos) and name not in hits:
+                hits.append(name)
     return hits
 
 

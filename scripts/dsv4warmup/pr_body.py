@@ -391,28 +391,34 @@ def validation(b: BodyInput, level: int = 3) -> str:
 
 
 def hooks_line(b: BodyInput) -> str:
+    """What the tree's pre-commit hooks said on this branch: one line, the
+    hooks that passed listed in a collapsed block."""
     passed = [c for c in b.checks if c.status == "passed"]
     old = [c for c in b.checks if c.status == "pre-existing"]
     not_run = [c for c in b.checks if c.status == "not run" and c.detail != pr_hooks.PRINTS_ONLY]
     failed = [c for c in b.checks if c.status == "failed"]
     ruff = next((c.detail for c in passed if c.name == "ruff-check" and c.detail), "")
-    ruff_version = re.match(r"(ruff [\w.]+)", ruff)
-    names = [
-        f"`{c.name}`"
-        + (f" ({ruff_version.group(1)})" if ruff_version and c.name == "ruff-check" else "")
-        for c in passed
-    ]
+    pin = re.match(r"ruff ([\w.]+)", ruff)
+
+    def names(checks: list[CheckLine]) -> str:
+        return ", ".join(f"`{c.name}`" for c in checks)
+
     out = (
-        f"The hooks of v{b.base}'s `.pre-commit-config.yaml` that apply to this PR's files, "
-        f"run on this branch: {', '.join(names) or 'none'} passed"
+        f"Pre-commit: the hooks of v{b.base}'s `.pre-commit-config.yaml` that apply to this "
+        f"PR's files, run on this branch{f' (ruff at its pin, {pin.group(1)})' if pin else ''}, "
+        "passed"
     )
+    exceptions: list[str] = []
     if old:
-        out += f"; {', '.join(f'`{c.name}`' for c in old)} report only what v{b.base} has too"
+        exceptions.append(f"{names(old)}: the findings v{b.base} has too, none new")
     if failed:
-        out += f"; **failed**: {', '.join(f'`{c.name}`' for c in failed)}"
+        exceptions.append(f"**failed**: {names(failed)}")
     if not_run:
-        out += "; not run: " + "; ".join(f"`{c.name}`: {c.detail}" for c in not_run)
-    return out + "."
+        exceptions.append("not run: " + "; ".join(f"`{c.name}`: {c.detail}" for c in not_run))
+    out += (", except " + "; ".join(exceptions) if exceptions else "") + "."
+    if passed:
+        out += f"\n\n<details><summary>Passed</summary>\n\n{names(passed)}\n\n</details>"
+    return out
 
 
 def details(b: BodyInput) -> str:

@@ -400,9 +400,10 @@ def test_bodies_quote_their_own_evidence_and_nothing_else(good) -> None:
         assert "PLEASE FILL IN" not in body
         assert "Essential Elements of an Effective PR Description Checklist" in body
         # The hooks that ran, in one line; mypy was skipped, and says so.
-        assert "`check-forbidden-imports`" in s["## Test Result"]
-        assert "`ruff-check` (ruff 0.14.0)" in s["## Test Result"]
-        assert "not run: `mypy-3.10`: skipped (SKIP)" in s["## Test Result"]
+        result = s["## Test Result"]
+        assert "run on this branch (ruff at its pin, 0.14.0), passed, except not run: " in result
+        assert "`mypy-3.10`: skipped (SKIP)" in result
+        assert "<summary>Passed</summary>" in result and "`check-forbidden-imports`" in result
         assert "suggestion" not in s["## Test Result"]  # a hook that only prints
         evidence = [(tmp / "evidence" / "v0.26.0" / f"{k:04d}.md").read_text() for k in own[number]]
         mails = [p.read_text() for p in (tmp / "patches" / "v0.26.0").glob(f"{number}-*.patch")]
@@ -546,7 +547,7 @@ def test_checker_refuses_what_vllm_refuses(tmp_path: Path) -> None:
     assert "dry run: written, but checks failed" in dry.stderr
     body = (out / "v0.26.0" / "0001-hooks.md").read_text()
     assert_fit_to_open(body)
-    assert "**failed**: `check-forbidden-imports`, `check-torch-cuda-call`" in body
+    assert "passed, except **failed**: `check-forbidden-imports`, `check-torch-cuda-call`" in body
 
 
 def test_a_patch_without_evidence_is_refused_unless_dry_run(tmp_path: Path) -> None:
@@ -832,7 +833,8 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
     assert "### build time unchanged (5.1 us both)" in v and "Median of 50 launches." in v
     assert "2026-12-08" in v
     assert (
-        "`ruff-check` (ruff 0.17.2)" in v and "not run: `markdownlint-cli2`: cannot be fetched" in v
+        "(ruff at its pin, 0.17.2), passed, except not run: `markdownlint-cli2`: cannot be "
+        "fetched here." in v
     )
     d = s["## Details"]
     assert "allocates its buffers with torch.empty, so bytes" in d  # unwrapped
