@@ -452,9 +452,10 @@ class Steps:
         self._pending = (input_batch, scheduler_output)
 
     def sample_tokens(self, grammar_output: Any) -> None:
-        """``GPUModelRunner.sample_tokens``' sampling: ``sample``, then the
-        drafter's ``propose`` samples its drafts (``num_spec_tokens_to_schedule``
-        of them: the prefill step's, then one per decode step)."""
+        """``GPUModelRunner.sample_tokens``' sampling: ``sample``, the prompt
+        logprobs (``PromptLogprobsWorker``), then the drafter's ``propose``
+        samples its drafts (``num_spec_tokens_to_schedule`` of them: the
+        prefill step's, then one per decode step)."""
         import torch
 
         if self._pending is None:
@@ -471,6 +472,18 @@ class Steps:
         )
         with self.w.batch(f"{self.where}: {what}"):
             r.sample(hidden, input_batch, grammar_output)
+            workers = r.prompt_logprobs_worker
+            workers.compute_prompt_logprobs(
+                r.model.compute_logits,
+                hidden,
+                input_batch,
+                r.req_states.all_token_ids.gpu,
+                r.req_states.num_computed_tokens.gpu,
+                r.req_states.prompt_len.np,
+            )
+            workers.compute_prompt_token_id_logprobs(
+                r.model.compute_logits, hidden, input_batch, r.req_states.prompt_len.np
+            )
         num_drafts = scheduler_output.num_spec_tokens_to_schedule
         if r.speculator is not None and num_drafts > 0:
             with self.w.batch(f"{self.where}: drafts of {what}"):
@@ -604,6 +617,15 @@ REQUEST_CLASSES: tuple[Request, ...] = (
     _req("t0.7+penalties", temperature=0.7, frequency_penalty=0.5, presence_penalty=0.3),
     _req("t0.7+logprobs", temperature=0.7, logprobs=5),
     _req("greedy+logprobs", temperature=0.0, logprobs=5),
+)
+
+# Run alone: what clients vary per request, the number of logprobs (OpenAI
+# ``top_logprobs`` 0..20, ``max_logprobs`` 20 by default) and of prompt
+# logprobs.
+SINGLE_CLASSES: tuple[Request, ...] = tuple(
+    _req(f"t0.7+logprobs={n}", temperature=0.7, logprobs=n) for n in range(21)
+) + tuple(
+    _req(f"greedy+prompt_logprobs={n}", temperature=0.0, prompt_logprobs=n) for n in (0, 1, 5, 20)
 )
 
 
@@ -819,11 +841,12 @@ class Sweep:
     """Which serving steps :func:`runtime_keys` drives."""
 
     classes: tuple[Request, ...] = REQUEST_CLASSES  # alone and mixed in pairs
+    singles: tuple[Request, ...] = SINGLE_CLASSES  # alone, a few batch sizes
     every_size: tuple[tuple[Request, ...], ...] = ()  # mixes run at every batch size
     high_load: tuple[tuple[Request, ...], ...] = HIGH_LOAD_MIXES[:1]
 
 
-QUICK = Sweep(classes=_named("greedy", "t0.7", "t0.7+top_k+top_p"), high_load=())
+QUICK = Sweep(classes=_named("greedy", "t0.7", "t0.7+top_k+top_p"), singles=(), high_load=())
 DEFAULT = Sweep()
 FULL = Sweep(every_size=HIGH_LOAD_MIXES[:2], high_load=HIGH_LOAD_MIXES)
 
@@ -847,6 +870,9 @@ def runtime_keys(
             for mix in mixes(sweep.classes):
                 for n in batch_sizes(cfg.max_num_seqs, full=False):
                     _sweep_mix(server, mix, n)
+            for req in sweep.singles:
+                for n in (1, 17):
+                    _sweep_mix(server, (req,), min(n, cfg.max_num_seqs))
             for mix in sweep.every_size:
                 for n in batch_sizes(cfg.max_num_seqs, full=True):
                     _sweep_mix(server, mix, n)
