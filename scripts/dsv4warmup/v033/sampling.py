@@ -630,7 +630,7 @@ SINGLE_CLASSES: tuple[Request, ...] = tuple(
 
 
 def _named(*names: str) -> tuple[Request, ...]:
-    by_name = {r.name: r for r in REQUEST_CLASSES}
+    by_name = {r.name: r for r in REQUEST_CLASSES + SINGLE_CLASSES}
     return tuple(by_name[n] for n in names)
 
 
@@ -846,7 +846,11 @@ class Sweep:
     high_load: tuple[tuple[Request, ...], ...] = HIGH_LOAD_MIXES[:1]
 
 
-QUICK = Sweep(classes=_named("greedy", "t0.7", "t0.7+top_k+top_p"), singles=(), high_load=())
+QUICK = Sweep(
+    classes=_named("greedy", "t0.7", "t0.7+top_k+top_p"),
+    singles=_named("t0.7+logprobs=0", "t0.7+logprobs=15"),
+    high_load=(),
+)
 DEFAULT = Sweep()
 FULL = Sweep(every_size=HIGH_LOAD_MIXES[:2], high_load=HIGH_LOAD_MIXES)
 
