@@ -908,8 +908,8 @@ def export(
         shutil.rmtree(work, ignore_errors=True)
     if errors:  # a dry run: written for inspection, with what blocks opening them
         raise DryRunFailures(
-            f"{summary(base, out, prs)}\ndry run: written, but checks failed (fix them "
-            "before opening any of these PRs):\n  " + "\n  ".join(errors),
+            "dry run: written, but checks failed (fix them before opening any of these "
+            "PRs):\n  " + "\n  ".join(errors) + "\n" + summary(base, out, prs),
             prs,
         )
     return prs
@@ -966,6 +966,11 @@ def run_checks(
                 patch = _owner(pr, rel)
                 text = pr_hooks.plain(line).strip()[:300]
                 errors.append(f"{patch.name}: {rel or '(all files)'}: {r.hook.id}: {text}")
+        elif r.status == "pre-existing":
+            for line in r.new_lines[:5]:
+                print(
+                    f"note: {pr.number}: {r.hook.id} on v{base} too: {line[:300]}", file=sys.stderr
+                )
         elif r.status == "not run" and r.detail not in ("skipped (SKIP)", pr_hooks.PRINTS_ONLY):
             print(f"warning: {pr.slug}: hook {r.hook.id} not run: {r.detail}", file=sys.stderr)
 

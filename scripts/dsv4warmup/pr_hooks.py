@@ -365,6 +365,8 @@ class HookResult:
     command: str  # shown in the PR body (relative paths, no environment noise)
     status: str  # "passed" | "failed" | "pre-existing" | "not run" | "no files"
     detail: str = ""  # failure lines / not-run reason / environment note
+    # "failed": the output lines the pristine run lacks; "pre-existing": the
+    # findings both runs share
     new_lines: list[str] = field(default_factory=list)
 
 
@@ -543,5 +545,10 @@ def check(
                 f"exit {patched.rc} on this branch and exit {pristine.rc if pristine else '?'} "
                 "on the pristine tag with the same findings: nothing new from this PR"
             )
-            results.append(HookResult(hook, matched, command, "pre-existing", detail))
+            shared = [
+                plain(ln).strip()
+                for ln in patched.output.splitlines()
+                if any(f in ln for f in matched)
+            ]
+            results.append(HookResult(hook, matched, command, "pre-existing", detail, shared))
     return results

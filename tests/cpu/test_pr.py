@@ -1081,6 +1081,7 @@ def test_hooks_blame_only_what_is_new(tmp_path: Path) -> None:
     # A failure the pristine files have as well is not blamed.
     only_old = pr_hooks.check(repo, config, ["src/old.py"], on_pristine, {"header"})
     assert {r.hook.id: r.status for r in only_old}["no-todo"] == "pre-existing"
+    assert {r.hook.id: r.new_lines for r in only_old}["no-todo"] == ["src/old.py:3: TODO found"]
     assert {r.hook.id: r.status for r in only_old}["header"] == "not run"
 
 
