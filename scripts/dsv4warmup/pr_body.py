@@ -132,8 +132,9 @@ def _run(path: Path, title: str, lines: list[tuple[int, str]]) -> Run:
         )
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", fields["Date"]):
         raise EvidenceError(f"{path}: {title}: `Date:` is YYYY-MM-DD, not {fields['Date']!r}")
-    kind = fields["Tree"].split()[0].lower()
-    if kind not in ("pristine", "patched"):
+    m = re.match(r"(pristine|patched)\b", fields["Tree"], re.I)
+    kind = m.group(1).lower() if m else ""
+    if not kind:
         raise EvidenceError(
             f"{path}: {title}: `Tree:` starts with `pristine` or `patched`, not {fields['Tree']!r}"
         )

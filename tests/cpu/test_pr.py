@@ -736,6 +736,8 @@ def test_evidence_file_is_read_as_written(tmp_path: Path) -> None:
     assert ev.before.command == "pytest -v -s tests/kernels/test_toy.py -k buffers"
     assert ev.before.output == "E   assert -17 == -1\n1 failed in 4.20s"
     assert ev.after.tree == "patched vLLM 0.34.0 sdist" and ev.after.date == "2026-12-07"
+    colon = EVIDENCE.replace("Tree: patched vLLM", "Tree: Patched: vLLM")
+    assert _evidence(tmp_path, colon).after.tree == "Patched: vLLM 0.34.0 sdist"
     (m,) = ev.measurements
     assert m.title == "build time unchanged (5.1 us both)"
     assert m.note == "Median of 50\nlaunches." and m.output == "base 5.1 us, change 5.1 us"
@@ -750,6 +752,7 @@ def test_evidence_file_is_read_as_written(tmp_path: Path) -> None:
         (("1 passed in 4.10s\n```", "1 passed in 4.10s"), "never closed"),
         (("Tree: patched vLLM 0.34.0 sdist\n", "Tree: pristine\n"), "After runs on the patched"),
         (("Tree: patched vLLM 0.34.0 sdist\n", "Tree: both\n"), "starts with `pristine`"),
+        (("Tree: patched vLLM 0.34.0 sdist\n", "Tree: patchedx\n"), "starts with `pristine`"),
         (("Date: 2026-12-07\n", "Date: yesterday\n", 1), "YYYY-MM-DD"),
         (("## After", "## Afterwards"), "unknown section `## Afterwards`"),
         (("# 0003 evidence", "# 0003 evidence\n\nSome words."), "only a `# title`"),
