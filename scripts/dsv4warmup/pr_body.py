@@ -247,11 +247,16 @@ class BodyInput:
 
 def split_message(message: str) -> tuple[str, str, list[str]]:
     """(what and why, the test plan's prose, the test plan's commands) of a
-    commit message whose last paragraph may start with ``Test plan:``;
-    indented lines of that paragraph are commands."""
-    what, sep, plan = message.partition("\nTest plan:")
-    if not sep and message.startswith("Test plan:"):
-        what, plan = "", message[len("Test plan:") :]
+    commit message: its paragraph that starts with ``Test plan:`` is the test
+    plan (indented lines are commands; ``test_x: ...`` lines one item per
+    test), every other paragraph what and why."""
+    what: list[str] = []
+    plan = ""
+    for para in re.split(r"\n[ \t]*\n", message.strip("\n")):
+        if not plan and para.startswith("Test plan:"):
+            plan = para[len("Test plan:") :]
+        else:
+            what.append(para)
     prose: list[str] = []
     commands: list[str] = []
     for line in plan.splitlines():
@@ -264,26 +269,40 @@ def split_message(message: str) -> tuple[str, str, list[str]]:
                 prose[-1] += " " + line.strip()
             else:
                 prose.append(line.strip())
-    return what.strip(), "\n".join(prose), commands
+    return "\n\n".join(what).strip(), "\n".join(prose), commands
 
 
 def unwrap(text: str) -> str:
     """A hard-wrapped commit message as Markdown (GitHub breaks a PR body's
     lines where its source breaks them): each paragraph and list item on one
-    line; a paragraph whose lines are all indented is quoted as it is."""
+    line; indented lines that continue no list item (a quoted log line, a
+    table of results) are kept as they are, in a text block."""
     out: list[str] = []
-    for para in re.split(r"\n\s*\n", text.strip("\n")):
-        lines = para.splitlines()
-        if all(ln.startswith((" ", "\t")) for ln in lines):
-            out.append(_fenced("text", textwrap.dedent(para)))
-            continue
-        items: list[str] = []
-        for line in lines:
-            if re.match(r"^\s*([-*]|\d+[.)])\s", line) or not items:
-                items.append(line.rstrip())
+    for para in re.split(r"\n[ \t]*\n", text.strip("\n")):
+        blocks: list[tuple[str, list[str]]] = []  # ("text" | "list" | "pre", lines)
+        for line in para.splitlines():
+            indented = line.startswith((" ", "\t"))
+            if re.match(r"^\s*([-*]|\d+[.)])\s", line):
+                blocks.append(("list", [line.strip()]))
+            elif indented and blocks and blocks[-1][0] == "list":
+                blocks[-1][1][-1] += " " + line.strip()
+            elif indented:
+                if not blocks or blocks[-1][0] != "pre":
+                    blocks.append(("pre", []))
+                blocks[-1][1].append(line)
+            elif blocks and blocks[-1][0] in ("text", "list"):
+                blocks[-1][1][-1] += " " + line.strip()
             else:
-                items[-1] += " " + line.strip()
-        out.append("\n".join(items))
+                blocks.append(("text", [line.strip()]))
+        rendered: list[str] = []
+        for kind, lines in blocks:
+            if kind == "pre":
+                rendered.append(_fenced("text", textwrap.dedent("\n".join(lines))))
+            elif kind == "list" and rendered and not rendered[-1].startswith("```"):
+                rendered[-1] += "\n" + "\n".join(lines)
+            else:
+                rendered.append("\n".join(lines))
+        out.append("\n\n".join(rendered))
     return "\n\n".join(out)
 
 

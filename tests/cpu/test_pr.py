@@ -803,7 +803,11 @@ kernels as slot ids.
 Test plan:
   pytest -v -s tests/kernels/test_toy.py \\
     -k buffers
-A builder must start with every slot id -1."""
+A builder must start with every slot id -1.
+
+Result (H200, 2026-12-07):
+  width 512: 4.20 -> 4.10 us
+  width 8192: unchanged"""
 
 
 def test_body_in_the_0_34_template(tmp_path: Path) -> None:
@@ -843,6 +847,9 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
     assert "allocates its buffers with torch.empty, so bytes" in d  # unwrapped
     assert '- Slot ids start as -1 ("no slot") and lengths as 0.' in d
     assert "Test plan" not in d and "pytest" not in d
+    # The paragraph after the test plan is the message's again; its indented
+    # lines stay lines.
+    assert "Result (H200, 2026-12-07):\n\n```text\nwidth 512: 4.20 -> 4.10 us\nwidth 8192" in d
     assert "AI assistance was used" in d and f"The submitter, {JANE}" in d
     assert (
         "Model evaluation before and after (this changes `_build_c128a_topk_metadata_kernel`)" in d
@@ -867,6 +874,17 @@ def test_dry_run_body_says_what_is_missing() -> None:
     assert (
         "Stacked on 0001, *[Bugfix] Toy: first* (branch `dsv4-warmup/first`; "
         "its hunks in a.py do not apply): merge that first." in body
+    )
+
+
+def test_unwrap_joins_wrapped_lines_and_keeps_quoted_ones() -> None:
+    text = (
+        "The line now says:\n\n  finished in 1.30s: compiled 0\n  and loaded 2.\n\n"
+        "A wrapped\nparagraph.\n- an item\n  continued\n- another"
+    )
+    assert pr_body.unwrap(text) == (
+        "The line now says:\n\n```text\nfinished in 1.30s: compiled 0\nand loaded 2.\n```\n\n"
+        "A wrapped paragraph.\n- an item continued\n- another"
     )
 
 
