@@ -9,12 +9,15 @@ drafter's ``sample_draft``, and start-up through the tree's own
 per tree (``trees.json_from_tree``), the quick sweep (k=1; greedy, a plain
 ``temperature=0.7`` request and a filtered one, alone and mixed).
 
-* Pristine 0.34.0 misses exactly two keys: ``_gumbel_sample_kernel`` with FP32
-  logits (the first prefill-only step of a plain ``temperature=0.7`` request:
-  processed logits, no top-k/top-p so no fused FlashInfer sampler) and
-  ``_resample_kernel`` with FP32 logits and ``SKIP_MASKED_BLOCKS=False`` (that
-  request's first verification step). The only non-greedy warm-up request,
-  ``SamplingParams.for_sampler_warmup()``, enables every filter.
+* Pristine 0.34.0 misses ``_gumbel_sample_kernel`` with FP32 logits (the first
+  prefill-only step of a plain ``temperature=0.7`` request: processed logits,
+  no top-k/top-p so no fused FlashInfer sampler) and ``_resample_kernel`` with
+  FP32 logits and ``SKIP_MASKED_BLOCKS=False`` (that request's first
+  verification step): the only non-greedy warm-up request,
+  ``SamplingParams.for_sampler_warmup()``, enables every filter. It also
+  misses the logprobs kernel for widths warmup never asks (0 and 15 logprobs)
+  and, with ``--max-num-seqs 100``, the draft gather for a multiple of 16
+  logits rows.
 * Positive controls: keys start-up does compile are found on both sides -- the
   model-dtype Gumbel key (greedy steps), the ``(FP32, SKIP_MASKED_BLOCKS=True)``
   and ``(bf16, False)`` resample keys, the draft ``greedy_argmax``.
@@ -35,6 +38,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+GATHER = "_gather_draft_sampled_kernel"
 GUMBEL = "_gumbel_sample_kernel"
 RESAMPLE = "_resample_kernel"
 LOGPROBS = "_topk_log_softmax_kernel"
@@ -50,7 +54,19 @@ SAMPLING_FILES = (
     "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
 )
 
-_ARGS = ("-m", "dsv4warmup.v033.sampling", "flash", "--k", "1", "--quick", "--json")
+# ``--max-num-seqs 100``: warmup's request counts (100, 2, 1) and its logits
+# rows (200, 3, 2) are then no multiple of 16.
+_ARGS = (
+    "-m",
+    "dsv4warmup.v033.sampling",
+    "flash",
+    "--k",
+    "1",
+    "--max-num-seqs",
+    "100",
+    "--quick",
+    "--json",
+)
 
 
 # Another patched 0.34.0 tree to check instead of the series' (e.g. one with a
@@ -114,7 +130,7 @@ def _missing(result: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any], str
 
 def test_pristine_misses_fp32_gumbel_and_unmasked_fp32_resample(results: dict[str, Any]) -> None:
     missing = _missing(results["pristine"])
-    assert sorted(missing) == [GUMBEL, RESAMPLE, LOGPROBS]
+    assert sorted(missing) == [GATHER, GUMBEL, RESAMPLE, LOGPROBS]
 
     [(gumbel, witness)] = missing[GUMBEL]
     assert gumbel["logits_ptr"] == ("*fp32", "D")
@@ -124,6 +140,17 @@ def test_pristine_misses_fp32_gumbel_and_unmasked_fp32_resample(results: dict[st
     assert resample["target_logits_ptr"] == ("*fp32", "D")
     assert resample["SKIP_MASKED_BLOCKS"] == ("constexpr", False)
     assert witness == "k=1: verify step, 1 reqs x 1 drafts [t0.7]"
+
+
+def test_pristine_misses_verification_row_counts_of_16(results: dict[str, Any]) -> None:
+    """``num_logits`` of the draft gather is specialized (1 / multiple of 16 /
+    other) though it only bounds the rows: warmup's verification steps of 200,
+    3 and 2 rows never compile the multiple-of-16 class a step of 16 requests
+    x 2 rows uses."""
+    [(gather, witness)] = _missing(results["pristine"])[GATHER]
+    assert gather["num_logits"] == ("i32", "D")
+    assert witness == "k=1: verify step, 16 reqs x 1 drafts [greedy]"
+    assert [k["num_logits"] for k in _startup(results["pristine"], GATHER)] == [("i32", "")]
 
 
 def test_pristine_misses_logprob_widths_warmup_never_asks(results: dict[str, Any]) -> None:
