@@ -21,6 +21,7 @@ It lives outside ``patches/`` because ``make regen`` rewrites that folder::
     # 0006 evidence
 
     Patch: <the patch's subject, exactly; a renumbered patch is caught>
+    Claim: <optional, repeatable: a Claims bullet, e.g. "decode 16.8 -> 14.1 us">
 
     ## Before
 
@@ -49,9 +50,11 @@ It lives outside ``patches/`` because ``make regen`` rewrites that folder::
 
 ``Before`` runs on the pristine tree, ``After`` on the patched one; each
 section has every field and exactly one fenced excerpt. The body's Claims
-quote each excerpt's last line, Validation the command and the excerpts,
-each measurement with its host, versions and date. Nothing else is quoted:
-no other patch's or base's figures, no ``docs/gpu-results.md``.
+are the ``Claim:`` lines (else, where both excerpts end in pytest's summary
+line, those two lines) and the measurements' titles; Validation quotes the
+commands and the excerpts, each with its tree, host, versions and date.
+Nothing else is quoted: no other patch's or base's figures, no
+``docs/gpu-results.md``.
 
 PRs: each patch is its own PR unless its commit message carries a trailer
 ``PR: <slug>``; patches with the same slug form one PR (branch

@@ -75,6 +75,7 @@ class Evidence:
     after: Run
     measurements: tuple[Run, ...] = ()
     related: str = ""
+    claims: tuple[str, ...] = ()  # hand-written `Claim:` lines, the body's Claims
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
@@ -158,6 +159,7 @@ def read_evidence(path: Path, subject: str) -> Evidence:
     text = path.read_text()
     sections: list[tuple[str, int, list[tuple[int, str]]]] = []
     patch: str | None = None
+    claimed: list[str] = []
     in_fence = False
     for lineno, line in enumerate(text.splitlines(), 1):
         if _FENCE.match(line):
@@ -169,10 +171,12 @@ def read_evidence(path: Path, subject: str) -> Evidence:
             sections[-1][2].append((lineno, line))
         elif m := re.match(r"^Patch:\s*(.*?)\s*$", line):
             patch = m.group(1)
+        elif m := re.match(r"^Claim:\s*(\S.*?)\s*$", line):
+            claimed.append(m.group(1))
         elif line.strip() and not re.match(r"^#\s", line):
             raise EvidenceError(
-                f"{path}:{lineno}: only a `# title` and the `Patch:` line go before the "
-                "first `##` section"
+                f"{path}:{lineno}: only a `# title`, the `Patch:` line and `Claim:` lines go "
+                "before the first `##` section"
             )
     if patch is None:
         raise EvidenceError(f"{path}: no `Patch: <subject>` line")
@@ -204,7 +208,15 @@ def read_evidence(path: Path, subject: str) -> Evidence:
     problems = fence_problems(related)
     if problems:
         raise EvidenceError(f"{path}: Related: {problems[0]}")
-    return Evidence(path, patch, runs["Before"], runs["After"], tuple(measurements), related)
+    return Evidence(
+        path,
+        patch,
+        runs["Before"],
+        runs["After"],
+        tuple(measurements),
+        related,
+        tuple(claimed),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -339,7 +351,12 @@ def overview(b: BodyInput) -> str:
     return "\n".join(out)
 
 
+_PYTEST_SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?)\b")
+
+
 def claims(b: BodyInput) -> str:
+    """The evidence's `Claim:` lines; else, where both runs end in pytest's
+    summary, those two lines; and each measurement's title."""
     out: list[str] = []
     for part in b.parts:
         ev = part.evidence
@@ -348,12 +365,15 @@ def claims(b: BodyInput) -> str:
         if ev is None:
             out.append(f"- No evidence yet (dry run): `{part.evidence_path}` is missing.")
             continue
-        out.append(
-            f"- The test under Validation on v{b.base}: `{_last_line(ev.before.output)}`; "
-            f"with this change: `{_last_line(ev.after.output)}`."
-        )
+        first, last = _last_line(ev.before.output), _last_line(ev.after.output)
+        if ev.claims:
+            out += [f"- {c}" for c in ev.claims]
+        elif _PYTEST_SUMMARY.search(first) and _PYTEST_SUMMARY.search(last):
+            out.append(
+                f"- The test under Validation on v{b.base}: `{first}`; with this change: `{last}`."
+            )
         out += [f"- {m.title}." for m in ev.measurements]
-    return "\n".join(out)
+    return "\n".join(out or [f"- {_plain_title(b.title)}."])
 
 
 def _run_block(run: Run, label: str, show_command: bool, show_where: bool) -> list[str]:

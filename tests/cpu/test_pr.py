@@ -863,6 +863,31 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
     )
 
 
+def test_claims_are_written_by_hand_or_pytest_summaries(tmp_path: Path) -> None:
+    """A `Claim:` line is a Claims bullet as written; without one, a run's
+    last line is quoted only where it is pytest's summary."""
+
+    def claims(text: str) -> list[str]:
+        ev = _evidence(tmp_path, text)
+        part = pr_body.Part("0003", ev.patch, MESSAGE, ev, Path("e.md"))
+        return pr_body.claims(_body_input(parts=[part])).splitlines()
+
+    claimed = EVIDENCE.replace(
+        "Patch: [Bugfix] Toy: initialise the buffers\n",
+        "Patch: [Bugfix] Toy: initialise the buffers\nClaim: no garbage slot ids (-17 before)\n",
+    )
+    assert claims(claimed) == [
+        "- no garbage slot ids (-17 before)",
+        "- build time unchanged (5.1 us both).",
+    ]
+    bench = EVIDENCE.replace("1 failed in 4.20s", "took 4.20 us").replace(
+        "1 passed in 4.10s", "took 4.10 us"
+    )
+    assert claims(bench) == ["- build time unchanged (5.1 us both)."]
+    bare = bench.split("## Measurement")[0]
+    assert claims(bare) == ["- Toy: initialise the buffers."]
+
+
 def test_dry_run_body_says_what_is_missing() -> None:
     part = pr_body.Part("0003", "[Bugfix] Toy", MESSAGE, None, Path("docs/x/0003.md"))
     dep = ("0001", "[Bugfix] Toy: first", "dsv4-warmup/first", ["its hunks in a.py do not apply"])
