@@ -21,8 +21,9 @@ This module drives that code, built by the tree's own constructors on the
 * each step through the runner's own methods -- ``finish_requests``,
   ``add_requests`` (``Sampler.add_request`` with the request's real
   ``SamplingParams``), ``update_requests``, ``gather_batch_req_state``,
-  ``prepare_inputs`` -- then ``GPUModelRunner.sample`` and the drafter's
-  ``sample_draft`` as ``propose`` calls it (prefill step, then one decode
+  ``prepare_inputs`` -- then ``GPUModelRunner.sample``, the
+  ``PromptLogprobsWorker`` and the drafter's ``sample_draft`` as
+  ``sample_tokens`` / ``propose`` call them (prefill step, then one decode
   step per further draft token);
 * start-up by the tree's own functions: ``_dummy_sampler_run`` of
   ``profile_run``, the registry's ``warmup()`` (``kernel_warmup``),
@@ -35,18 +36,26 @@ Every Triton launch made inside sampling is recorded with its exact key
 (``triton_keys.record_launches``): no kernel runs. What a CPU lacks is stood
 in for, never vLLM logic (:func:`cpu_hosted_h200`):
 
-* the model forward up to the logits (:class:`LogitsHead`): fresh logits in
-  the head dtype, laid out as the LM head's all-gather leaves them;
+* the target's and the MTP draft's forward up to the logits
+  (:class:`LogitsHead`, given to ``load_model`` and set by the speculator's
+  ``load_model``): fresh logits in the head dtype, laid out as the LM head's
+  all-gather leaves them; the runner's registry then holds the sampler's
+  registrations only (the models' own launch no sampling kernel);
 * FlashInfer (not installed here; ``requirements/cuda.txt`` pins it): present
   to ``has_flashinfer``, its ``sampling`` functions return the token ids;
 * the device: meta tensors report themselves as CUDA tensors (``is_cuda``,
   ``device``) while sampling runs, so the code takes its CUDA branches
-  (``greedy_argmax``, the split top-p pipeline); UVA views of host buffers and
-  the device's SM count and memory queries answer as an H200;
+  (``greedy_argmax``, the split top-p pipeline); UVA views of host buffers,
+  the device's SM count and memory queries, ``torch.accelerator``'s device
+  index and CUDA streams answer as on an H200;
 * the KV cache layout (``initialize_kv_cache``): one full-attention group of
   the configured block size with ample blocks; only block ids depend on it.
   The CUDA-graph dispatch is not run: no request padding (PIECEWISE or
   eager); no sampling kernel argument depends on it.
+
+``python -m dsv4warmup.v033.sampling flash|pro [--k 1,2] [--max-num-seqs N]
+[--quick|--full] [--kv-blocks N] [--json]`` prints, per kernel, the runtime
+and start-up key counts and each missing key with one witness step.
 """
 
 from __future__ import annotations
@@ -71,12 +80,6 @@ from . import engine, lifecycle, meta_models, platform
 Key = tuple[Any, ...]
 RuntimeKeys = dict[str, dict[Key, str]]
 StartupKeys = dict[str, set[Key]]
-
-# Kernels a runtime key must also be warmed for (the audit's rows); the
-# drive records every kernel sampling launches, these are the ones the
-# source reading singled out.
-GUMBEL_KERNEL = "_gumbel_sample_kernel"
-RESAMPLE_KERNEL = "_resample_kernel"
 
 # KV blocks the stand-in cache offers warmup: ample, no cap on its requests
 # (``warmup.py`` caps them by the committable blocks, a runtime value).
