@@ -5,7 +5,8 @@ tree's (the tree's tests/AGENTS.md: show the failure before the fix).
 The series' version of each test file runs from a scratch folder with the
 tree on ``PYTHONPATH``: the pristine run is the new test on the base commit.
 The mHC test needs a CUDA platform: ``dsv4warmup.v033.mhc_pytest_plugin``
-makes this CPU answer as an H200 (its test switches the capability itself).
+makes this CPU answer as an H200 (SM90) or a B200 (SM100, where the fused
+post + pre path changes its split below eight tokens).
 """
 
 from __future__ import annotations
@@ -23,19 +24,30 @@ from dsv4warmup.paths import PATCHES, REPO
 
 BASE = "0.34.0"
 
-# (test file, -k expression, pytest plugin options, patched outcome, pristine outcome)
+# (test file, -k expression, pytest options, GPU the platform answers as,
+#  patched outcome, pristine outcome)
 CASES = [
     (
         "tests/kernels/mhc/test_mhc_jit_warmup.py",
         "warmup_keys_are_the_runtime_keys",
         ["--noconftest", "-p", "dsv4warmup.v033.mhc_pytest_plugin"],
-        {"passed": 72},
-        {"failed": 32, "passed": 40},
+        "h200",
+        {"passed": 36},
+        {"failed": 16, "passed": 20},
+    ),
+    (
+        "tests/kernels/mhc/test_mhc_jit_warmup.py",
+        "warmup_keys_are_the_runtime_keys",
+        ["--noconftest", "-p", "dsv4warmup.v033.mhc_pytest_plugin"],
+        "b200",
+        {"passed": 36},
+        {"failed": 20, "passed": 16},
     ),
     (
         "tests/jit_monitor/test_hooks.py",
         "count_jit_compiles",
         ["--confcutdir", "tests/jit_monitor"],
+        "h200",
         {"passed": 1},
         {"failed": 1},
     ),
@@ -47,7 +59,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _run(
-    test_file: str, expr: str, options: list[str], code: Path, scratch: Path
+    test_file: str, expr: str, options: list[str], gpu: str, code: Path, scratch: Path
 ) -> dict[str, int]:
     """pytest on the patched tree's ``test_file`` (copied under ``scratch``,
     with the conftest of its folder) against the vLLM of tree ``code``: the
@@ -62,6 +74,7 @@ def _run(
         os.environ,
         PYTHONPATH=os.pathsep.join(str(p) for p in python_path),
         VLLM_CACHE_ROOT=str(scratch / ".vllm-cache"),
+        DSV4_GPU=gpu,
     )
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", "."]
@@ -79,16 +92,17 @@ def _run(
     return {k: v for k, v in counts.items() if k in ("passed", "failed", "error", "errors")}
 
 
-@pytest.mark.parametrize(("test_file", "expr", "options", "patched", "pristine"), CASES)
+@pytest.mark.parametrize(("test_file", "expr", "options", "gpu", "patched", "pristine"), CASES)
 def test_tree_test_fails_before_and_passes_after(
     tmp_path: Path,
     test_file: str,
     expr: str,
     options: list[str],
+    gpu: str,
     patched: dict[str, int],
     pristine: dict[str, int],
 ) -> None:
-    after = _run(test_file, expr, options, trees.patched_tree(BASE), tmp_path / "after")
-    before = _run(test_file, expr, options, trees.pristine_tree(BASE), tmp_path / "before")
+    after = _run(test_file, expr, options, gpu, trees.patched_tree(BASE), tmp_path / "after")
+    before = _run(test_file, expr, options, gpu, trees.pristine_tree(BASE), tmp_path / "before")
     assert after == patched
     assert before == pristine
