@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,10 +39,19 @@ def _generated(name: str, base: str, patched: bool) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and stamp.read_text() == want and dest.is_dir():
             return dest
-        sources.extract(base, dest)
+        # Built beside and swapped in: a process still reading the old tree
+        # (a test of another worker) never sees a half-written one.
+        fresh = root / f".{name}.new"
+        sources.extract(base, fresh)
         if patched:
-            tree.apply(dest)
+            tree.apply(fresh)
+        stale = root / f".{name}.old"
+        shutil.rmtree(stale, ignore_errors=True)
+        if dest.exists():
+            dest.rename(stale)
+        fresh.rename(dest)
         stamp.write_text(want)
+        shutil.rmtree(stale, ignore_errors=True)
     return dest
 
 
