@@ -80,12 +80,13 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
         return [Row(**r) for r in json_from_tree(tree, "-m", "dsv4warmup.audit", overrides)]
     from concurrent.futures import ThreadPoolExecutor
 
-    from .v033.audit import GROUPS as V033_GROUPS
+    from .generation import audit_groups
+    from .tree import declared_version
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = pool.map(
             lambda group: json_from_tree(tree, "-m", "dsv4warmup.audit", overrides, group),
-            V033_GROUPS,
+            audit_groups(declared_version(tree)),
         )
         rows = [Row(**r) for rows in results for r in rows]
     # one table per runner, the default first (a stable sort keeps group order)

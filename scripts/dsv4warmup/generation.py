@@ -13,6 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 FIRST_REGISTRY_RELEASE = (0, 33)
+# The sampling / verification driver (dsv4warmup.v033.sampling) drives Model
+# Runner V2 as 0.34.0 builds it.
+FIRST_SAMPLING_AUDIT_RELEASE = (0, 34)
+REGISTRY_AUDIT_GROUPS = ("spec_decode", "sparse_mla", "mhc")
 
 
 def release_tuple(version: str | None) -> tuple[int, ...]:
@@ -32,6 +36,14 @@ def is_registry_era(version: str | None) -> bool:
     """Whether ``version`` is served by the registry-era drivers."""
     release = release_tuple(version)
     return bool(release) and release[:2] >= FIRST_REGISTRY_RELEASE
+
+
+def audit_groups(version: str | None) -> tuple[str, ...]:
+    """The registry-era driver groups that audit ``version``."""
+    groups = REGISTRY_AUDIT_GROUPS
+    if release_tuple(version)[:2] >= FIRST_SAMPLING_AUDIT_RELEASE:
+        groups += ("sampling",)
+    return groups
 
 
 def tree_is_registry_era(tree: Path) -> bool:

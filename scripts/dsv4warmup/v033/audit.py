@@ -118,20 +118,35 @@ def rows_for(
 def _runner_rows(
     cfg: ServingConfig, vllm_config: Any, runner: str, default: str, groups_: Any
 ) -> list[Row]:
+    """Rows of ``runner``. A group with ``startup_keys`` (sampling) audits what
+    the runner's whole start-up launches; the others what its registry
+    warmup compiles, through the real registration lifecycle."""
     rows: list[Row] = []
-    run = lifecycle.warmed_keys(
-        vllm_config,
-        runner,
-        [mod.register for _, mod in groups_],
-        [mod.record_compiles for _, mod in groups_ if hasattr(mod, "record_compiles")],
-        keep=_owned_by(groups_),
-    )
+    registry_groups = [(g, m) for g, m in groups_ if not hasattr(m, "startup_keys")]
+    warmed_by_registry: dict[str, set[Any]] = {}
+    if registry_groups:
+        warmed_by_registry = lifecycle.warmed_keys(
+            vllm_config,
+            runner,
+            [mod.register for _, mod in registry_groups],
+            [mod.record_compiles for _, mod in registry_groups if hasattr(mod, "record_compiles")],
+            keep=_owned_by(registry_groups),
+        ).keys
     label = f"{runner} (default)" if runner == default else runner
     for group, mod in groups_:
-        runtime = mod.runtime_keys(cfg, runner)
-        for kernel in kernels_of(mod):
+        if hasattr(mod, "startup_keys"):
+            if runner not in mod.RUNNERS:
+                continue
+            runtime = mod.runtime_keys(cfg, runner)
+            warmed = mod.startup_keys(cfg, runner)
+            kernels = tuple(sorted(set(runtime) | set(warmed)))
+        else:
+            runtime = mod.runtime_keys(cfg, runner)
+            warmed = warmed_by_registry
+            kernels = kernels_of(mod)
+        for kernel in kernels:
             rt = runtime.get(kernel, {})
-            wk = run.keys.get(kernel, set())
+            wk = warmed.get(kernel, set())
             missing = sorted(((k, w) for k, w in rt.items() if k not in wk), key=_witness_sort_key)
             rows.append(
                 Row(

@@ -83,6 +83,7 @@ StartupKeys = dict[str, set[Key]]
 
 # KV blocks the stand-in cache offers warmup: ample, no cap on its requests
 # (``warmup.py`` caps them by the committable blocks, a runtime value).
+RUNNERS = ("v2",)  # the runner this driver drives (0.34.0 has no other)
 KV_BLOCKS = 1 << 20
 
 
