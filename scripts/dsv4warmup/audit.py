@@ -1,74 +1,24 @@
-"""Key-coverage audit: the keys the runtime produces vs the keys warmup compiles.
+"""Key-coverage audit (``make audit``): the keys the runtime produces vs the
+keys start-up compiles, pristine vs patched.
 
-For each of the 12 kernels, the runtime side comes from driving vLLM's own call
-sites (wrappers, proposer helpers, metadata builders, model forward) over a
-serving sweep with recording hooks; the warmup side from running the tree's
-start-up warmup with the same hooks. A tree is imported in a subprocess, so a
-pristine and a patched tree can be audited side by side.
+The runtime side comes from driving vLLM's own call sites (wrappers, metadata
+builders, model forward, samplers) over a serving sweep with recording hooks;
+the warmed side from running the tree's start-up warmup with the same hooks.
+Each tree is audited in its own interpreters (:mod:`dsv4warmup.tree_audit`),
+so a pristine and a patched tree can be audited side by side; this module is
+the parent side: it never imports a tree.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import sys
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .serving import FLASH, ServingConfig
+from .generation import tree_is_registry_era
+from .rows import Row, format_table
 from .trees import json_from_tree
-
-GROUPS = ("spec_decode", "sparse_mla", "mhc")
-
-
-@dataclass
-class Row:
-    kernel: str
-    runtime_keys: int
-    warmed_keys: int
-    missing: int
-    wasted: int
-    group: str = ""
-    # registry-era rows (0.33.0 on): which model runner, and a witness batch per missing key
-    runner: str = ""
-    witnesses: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if not self.runner:
-            del d["runner"], d["witnesses"]
-        return d
-
-
-def _is_v033(tree: Path) -> bool:
-    from .generation import tree_is_registry_era
-
-    return tree_is_registry_era(tree)
-
-
-def rows_for(
-    cfg: ServingConfig,
-    group: str | None = None,
-    runner_fails: Callable[[str, BaseException], bool] | None = None,
-) -> list[Row]:
-    """Audit the vLLM tree importable in this process (registry era: one kernel
-    group; ``runner_fails`` as in :func:`dsv4warmup.v033.audit.rows_for`)."""
-    if _is_v033(Path(os.environ.get("DSV4_VLLM_TREE", "."))):
-        from .v033 import audit as v033_audit
-
-        return v033_audit.rows_for(cfg, None if group is None else (group,), runner_fails)
-    rows: list[Row] = []
-    for group in GROUPS:
-        mod: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
-        runtime = mod.runtime_keys(cfg)
-        warm = mod.warmup_keys(cfg)
-        for kernel in sorted(set(runtime) | set(getattr(mod, "KERNELS", ())) | set(warm)):
-            rt, wk = set(runtime.get(kernel, ())), set(warm.get(kernel, ()))
-            rows.append(Row(kernel, len(rt), len(wk), len(rt - wk), len(wk - rt), group))
-    return rows
 
 
 def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> list[Row]:
@@ -76,8 +26,8 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
     kernel group from 0.33.0 on, whose drivers stand in for different GPU-only
     packages (vLLM caches what it finds installed), two at a time."""
     overrides = json.dumps(cfg_overrides or {})
-    if not _is_v033(tree):
-        return [Row(**r) for r in json_from_tree(tree, "-m", "dsv4warmup.audit", overrides)]
+    if not tree_is_registry_era(tree):
+        return [Row(**r) for r in json_from_tree(tree, "-m", "dsv4warmup.tree_audit", overrides)]
     from concurrent.futures import ThreadPoolExecutor
 
     from .generation import audit_groups
@@ -85,50 +35,12 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = pool.map(
-            lambda group: json_from_tree(tree, "-m", "dsv4warmup.audit", overrides, group),
+            lambda group: json_from_tree(tree, "-m", "dsv4warmup.tree_audit", overrides, group),
             audit_groups(declared_version(tree)),
         )
         rows = [Row(**r) for rows in results for r in rows]
     # one table per runner, the default first (a stable sort keeps group order)
     return sorted(rows, key=lambda r: (not r.runner.endswith("(default)"), r.runner))
-
-
-def format_table(title: str, rows: list[Row]) -> str:
-    width = max([len(r.kernel) for r in rows] + [6])
-    lines = [title]
-    runner = None
-    for r in rows:
-        if r.runner != runner or len(lines) == 1:
-            runner = r.runner
-            if runner:
-                lines.append(f"  model runner {runner}:")
-            lines.append(f"  {'kernel':<{width}}  runtime  warmed  missing  wasted")
-        flag = "  <-- MISSING" if r.missing else ""
-        lines.append(
-            f"  {r.kernel:<{width}}  {r.runtime_keys:>7}  {r.warmed_keys:>6}  "
-            f"{r.missing:>7}  {r.wasted:>6}{flag}"
-        )
-        for witness in r.witnesses:
-            lines.append(f"      missing key, e.g. from: {witness}")
-    tot = [
-        sum(getattr(r, f) for r in rows)
-        for f in ("runtime_keys", "warmed_keys", "missing", "wasted")
-    ]
-    lines.append(f"  {'total':<{width}}  {tot[0]:>7}  {tot[1]:>6}  {tot[2]:>7}  {tot[3]:>6}")
-    return "\n".join(lines)
-
-
-def main() -> None:  # subprocess entry: rows of the importable tree as JSON
-    overrides = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    # JSON has no tuples: ServingConfig's sequence fields are (hashable) tuples
-    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    cfg = FLASH.replace(**overrides) if overrides else FLASH
-    rows = rows_for(cfg, sys.argv[2] if len(sys.argv) > 2 else None)
-    sys.stdout.write("\n" + json.dumps([r.as_dict() for r in rows]) + "\n")
-
-
-if __name__ == "__main__":
-    main()
 
 
 def audit_point(tree: Path, point: Any) -> dict[str, Any]:
@@ -141,7 +53,7 @@ def audit_point(tree: Path, point: Any) -> dict[str, Any]:
     arg = json.dumps(
         [dict(argv=list(point.argv), gpu=point.gpu, deep_gemm=point.deep_gemm, model=point.model)]
     )
-    if _is_v033(tree):
+    if tree_is_registry_era(tree):
         return _v033_point(tree, arg)
     res = json_from_tree(tree, "-m", "dsv4warmup.configspace", "--resolve", arg)[0]
     if "error" in res:
@@ -156,13 +68,14 @@ def _v033_point(tree: Path, arg: str) -> dict[str, Any]:
     """One interpreter per kernel group (as :func:`rows_for_tree`), rows merged."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .v033.audit import GROUPS as V033_GROUPS
+    from .generation import audit_groups
+    from .tree import declared_version
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
             pool.map(
                 lambda g: json_from_tree(tree, "-m", "dsv4warmup.configspace", arg, g)[0],
-                V033_GROUPS,
+                audit_groups(declared_version(tree)),
             )
         )
     for res in results:

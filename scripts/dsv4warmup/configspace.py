@@ -469,7 +469,7 @@ def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
     }
 
 
-def _is_v033() -> bool:
+def _registry_era() -> bool:
     from dsv4warmup.generation import tree_is_registry_era
 
     return tree_is_registry_era(Path(os.environ.get("DSV4_VLLM_TREE", ".")))
@@ -585,9 +585,9 @@ def vllm_failure(exc: BaseException, point: Point) -> ConfigError | None:
 
 
 def _rows(res: Resolved, point: Point, group: str | None = None) -> list[Any]:
-    from dsv4warmup import audit
+    from dsv4warmup import tree_audit
 
-    if _is_v033():
+    if _registry_era():
         engine_pin(res)
 
     def runner_fails(runner: str, exc: BaseException) -> bool:
@@ -599,7 +599,7 @@ def _rows(res: Resolved, point: Point, group: str | None = None) -> list[Any]:
         return refusal is not None
 
     try:
-        return audit.rows_for(res.cfg, group, runner_fails)
+        return tree_audit.rows_for(res.cfg, group, runner_fails)
     except Exception as e:
         refusal = vllm_failure(e, point)
         if refusal is None:
@@ -632,7 +632,7 @@ def sample(
             assume(False)  # budget spent: the rest of the run only rejects
         current[:] = [point]
         try:
-            res = resolve(point) if _is_v033() else resolve_legacy(point)
+            res = resolve(point) if _registry_era() else resolve_legacy(point)
         except ConfigError as e:
             rejected.append(f"{point.describe()} -> {e}")
             assume(False)
@@ -738,7 +738,7 @@ def main() -> None:
             p.get("model", "flash"),
         )
         try:
-            res = resolve(point) if _is_v033() else resolve_legacy(point)
+            res = resolve(point) if _registry_era() else resolve_legacy(point)
         except ConfigError as e:
             out.append({"error": str(e), "flag": e.flag})
             continue

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import callsites  # noqa: F401  (first: lets vLLM keep Triton on a CPU-only machine)
-from .audit import GROUPS, Row, format_table
+from .rows import Row, format_table
 from .serving import ServingConfig
+from .tree_audit import GROUPS
 
 __all__ = ["audit_rows", "format_rows", "main", "serving_config", "warmed_keys"]
 

@@ -3,7 +3,7 @@
 Each tree is audited once, in its own interpreter (``audit.rows_for_tree``),
 through the real ``dsv4warmup audit`` CLI; the tests read its printed tables
 and its ``--json-out`` file. The mutation tests run the real comparison
-(``audit.rows_for``) in-process on the patched tree whose mHC warmup runs
+(``tree_audit.rows_for``) in-process on the patched tree whose mHC warmup runs
 without one of its wrapper calls.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsv4warmup import audit
+from dsv4warmup import audit, tree_audit
 from dsv4warmup.__main__ import main
 from dsv4warmup.serving import FLASH
 
@@ -141,8 +141,10 @@ def _in_process(monkeypatch: pytest.MonkeyPatch, drop: bool) -> None:
 
     if drop:
         monkeypatch.setattr(warmup, "mhc_warmup_launches", without_one)
-    monkeypatch.setattr(audit, "GROUPS", ("mhc",))
-    monkeypatch.setattr(audit, "rows_for_tree", lambda tree, overrides=None: audit.rows_for(FLASH))
+    monkeypatch.setattr(tree_audit, "GROUPS", ("mhc",))
+    monkeypatch.setattr(
+        audit, "rows_for_tree", lambda tree, overrides=None: tree_audit.rows_for(FLASH)
+    )
 
 
 @pytest.mark.parametrize("drop", [False, True], ids=["intact", "one-call-dropped"])

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from dsv4warmup.audit import Row
+from dsv4warmup.rows import Row
 from dsv4warmup.serving import ServingConfig
 
 from . import engine, lifecycle
