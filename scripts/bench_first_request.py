@@ -17,7 +17,7 @@ TileLang cache directories:
    process on fresh caches, then a second process that runs only the replay.
 
 The replay is a synthesized serving trace at kernel level, through the real
-call sites (``dsv4warmup.callsites``): a first request (one 1187-token
+call sites (``dsv4warmup.legacy``): a first request (one 1187-token
 prefill), then the sparse-MLA metadata builders over mixed prefill/decode
 batches, MTP k=1 proposer steps over changing batch sizes, the MTP head's
 logits, and target + MTP forward passes at every CUDA-graph capture size and
@@ -48,8 +48,8 @@ from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
-from dsv4warmup.callsites import sparse_mla as _sparse_mla  # noqa: E402
-from dsv4warmup.callsites import spec_decode as _spec_decode  # noqa: E402
+from dsv4warmup.legacy import sparse_mla as _sparse_mla  # noqa: E402
+from dsv4warmup.legacy import spec_decode as _spec_decode  # noqa: E402
 
 # The six Triton kernels (the mHC TileLang kernels are timed per forward pass).
 TRITON_KERNELS = (*_spec_decode.KERNELS, *_sparse_mla.KERNELS)
@@ -140,7 +140,7 @@ def _tree_warmup(cfg: Any, max_tokens: int, deep_gemm: bool) -> None:
         summary = prewarm.warm(prewarm.config_from_args(args))
         print(prewarm.format_summary(summary), file=sys.stderr)
     else:  # 0.26.0: of these kernels its kernel_warmup compiles only the combine kernel
-        from dsv4warmup.callsites import sparse_mla
+        from dsv4warmup.legacy import sparse_mla
         from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
             sparse_mla_triton_warmup_if_needed,
         )
@@ -156,7 +156,7 @@ def _log(message: str) -> None:
 
 def _replay(cfg: Any, probe: _Probe, deep_gemm: bool) -> None:
     import torch
-    from dsv4warmup.callsites import mhc, sparse_mla, spec_decode
+    from dsv4warmup.legacy import mhc, sparse_mla, spec_decode
 
     def forward(models: Any, num_tokens: int) -> None:
         torch.cuda.synchronize()
@@ -192,7 +192,7 @@ def _replay(cfg: Any, probe: _Probe, deep_gemm: bool) -> None:
 
 
 def child(mode: str, max_tokens: int, deep_gemm: bool) -> None:
-    from dsv4warmup.callsites import mhc
+    from dsv4warmup.legacy import mhc
 
     probe = _Probe()
     probe.install()

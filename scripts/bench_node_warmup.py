@@ -109,8 +109,8 @@ def main() -> None:
     if "warm" in plan and ("shared" not in plan or plan.index("warm") < plan.index("shared")):
         sys.exit("error: --runs: warm needs the shared run before it")
 
+    from dsv4warmup.registry import engine, prewarm
     from dsv4warmup.serving import FLASH, PRO
-    from dsv4warmup.v033 import engine, prewarm
 
     cfg = (FLASH if args.variant == "flash" else PRO).replace(
         max_num_batched_tokens=args.max_num_batched_tokens,

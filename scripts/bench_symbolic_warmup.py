@@ -7,7 +7,7 @@ patch 0012's symbolic split count (CPU or GPU host; by hand).
 The keys are the report deployment's ``MhcPreBigFuseTileLangKernel`` keys
 (DeepSeek V4 Flash, 8192 tokens, with DeepGEMM) as the start-up warmup expands
 them: the real target and MTP draft register their mHC warmups and the
-registry expands them (``dsv4warmup.v033.lifecycle.warm_registry``), in a
+registry expands them (``dsv4warmup.registry.lifecycle.warm_registry``), in a
 CPU-only process whose platform answers as an H200 (``--sms`` SMs), so the
 keys follow the tree's dispatch wherever the bench runs. Each run is a fresh
 process timing ``compile_many`` of all of them through the TileLang compile
@@ -40,8 +40,8 @@ def _registered_keys(sms: int) -> list[dict[str, Any]]:
     the models' registrations, as keyword arguments of its ``CompileKey``."""
     import dataclasses
 
+    from dsv4warmup.registry import engine, lifecycle, mhc, platform
     from dsv4warmup.serving import FLASH
-    from dsv4warmup.v033 import engine, lifecycle, mhc, platform
 
     cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sms)
     gpu = mhc.gpu_for(cfg)
@@ -77,7 +77,7 @@ def _one(symbolic: bool, sms: int, fields: list[dict[str, Any]]) -> dict[str, An
     if not torch.cuda.is_available():
         import dataclasses
 
-        from dsv4warmup.v033 import platform
+        from dsv4warmup.registry import platform
 
         gpu = dataclasses.replace(platform.H200, sm_count=sms)
         platform.install(gpu)

@@ -44,7 +44,7 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         # A CPU host: vLLM sees an H200 stand-in (the kernel module asks the platform).
-        from dsv4warmup.v033 import platform
+        from dsv4warmup.registry import platform
 
         platform.install(platform.H200)
     import tilelang  # noqa: F401  (puts its TVM on the path)

@@ -78,7 +78,7 @@ def flash_pre_big_fuse_key(n_splits: int, broadcast: bool) -> Any:
 
 def elaborate(rounds: int) -> dict[str, Any]:
     """Elaborate the keys ``rounds`` times in this process (no compile)."""
-    from dsv4warmup.v033 import platform
+    from dsv4warmup.registry import platform
 
     platform.install(platform.H200)
     from vllm.model_executor.kernels.mhc import tilelang_kernels as tk

@@ -322,8 +322,8 @@ def main() -> None:
     if not (args.tree / "vllm/entrypoints/cli/warmup_kernels.py").is_file():
         sys.exit(f"error: --tree {args.tree}: no `vllm warmup-kernels` (apply the 0.33.0 series)")
 
+    from dsv4warmup.registry import engine, prewarm
     from dsv4warmup.serving import FLASH, PRO
-    from dsv4warmup.v033 import engine, prewarm
 
     cfg = (FLASH if args.variant == "flash" else PRO).replace(
         max_num_batched_tokens=args.max_num_batched_tokens,

@@ -32,7 +32,7 @@ MODES = ("script", "save_json", "after", "none")
 def _keys() -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
     """``(jit_impl, args, kwargs)`` of each key, as the warmup elaborates it."""
     from bench_tilelang_elaboration import flash_pre_big_fuse_key
-    from dsv4warmup.v033 import platform
+    from dsv4warmup.registry import platform
 
     platform.install(platform.H200)
     platform.install_device_properties(platform.H200)

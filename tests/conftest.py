@@ -28,7 +28,7 @@ def _vllm_tree() -> Path | None:
 
 
 # Before anything imports vLLM: keep Triton on a CPU-only machine.
-import dsv4warmup.callsites  # noqa: E402, F401
+import dsv4warmup.legacy  # noqa: E402, F401
 
 _tree = _vllm_tree()
 if _tree is not None:

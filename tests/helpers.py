@@ -98,7 +98,7 @@ def v033_tree_pytest(
     python_path: tuple[Path, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """A 0.33.0 tree's own tests on CPU against ``source_tree``'s sources, the
-    platform answering as a CUDA GPU (``dsv4warmup.v033.mhc_pytest_plugin``);
+    platform answering as a CUDA GPU (``dsv4warmup.registry.mhc_pytest_plugin``);
     ``python_path`` goes first on ``PYTHONPATH`` (e.g. a TileLang site)."""
     full_env = dict(
         os.environ, **(env or {}), PYTHONPATH=v033_python_path(source_tree, *python_path)
@@ -114,7 +114,7 @@ def v033_tree_pytest(
             "-p",
             "no:cacheprovider",
             "-p",
-            "dsv4warmup.v033.mhc_pytest_plugin",
+            "dsv4warmup.registry.mhc_pytest_plugin",
             *(str(f.resolve()) for f in test_files),
         ],
         capture_output=True,

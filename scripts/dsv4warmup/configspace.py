@@ -315,7 +315,7 @@ def resolve(point: Point) -> Resolved:
 
     Raises :class:`ConfigError` with vLLM's own message where vLLM refuses it.
     """
-    from dsv4warmup.v033 import engine, platform
+    from dsv4warmup.registry import engine, platform
 
     os.environ["DSV4_GPU"] = point.gpu
     os.environ["VLLM_USE_DEEP_GEMM"] = "1" if point.deep_gemm else "0"
@@ -362,7 +362,7 @@ def _worker_block_size(vc: Any) -> None:
     ``select_common_block_size`` (DeepSeek V4's kernels take 256-token blocks)."""
     from vllm.platforms import current_platform
 
-    from dsv4warmup.v033 import sparse_mla
+    from dsv4warmup.registry import sparse_mla
 
     hf = vc.model_config.hf_config
     try:
@@ -437,7 +437,7 @@ def _serving_config(vc: Any, base: ServingConfig) -> ServingConfig:
 
 
 def _config_dict(vc: Any, point: Point) -> dict[str, Any]:
-    from dsv4warmup.v033 import lifecycle
+    from dsv4warmup.registry import lifecycle
 
     spec = vc.speculative_config
     cc = vc.compilation_config
@@ -691,7 +691,7 @@ def _legacy_kernel_block_size(block_size: int) -> None:
     """The worker's check (``select_common_block_size``) of the KV manager's
     block size against DeepSeek V4's attention backends (kernel block 256):
     ``vllm serve`` fails at start-up on a block size that is not a multiple."""
-    from dsv4warmup.callsites.sparse_mla import mla_group_backends
+    from dsv4warmup.legacy.sparse_mla import mla_group_backends
 
     try:
         from vllm.v1.worker.utils import select_common_block_size
@@ -758,7 +758,7 @@ def main() -> None:
 def engine_pin(res: Resolved) -> None:
     """Make the drivers' ``engine.vllm_config(cfg)`` build from the same
     command line (flags that ``ServingConfig`` has no field for included)."""
-    from dsv4warmup.v033 import engine
+    from dsv4warmup.registry import engine
 
     engine.EXTRA_KWARGS[res.cfg] = _extra_kwargs(res)
 

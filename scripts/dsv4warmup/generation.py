@@ -3,8 +3,8 @@
 vLLM 0.33.0 moved DeepSeek V4's JIT kernels into a warmup registry
 (``JitWarmupRegistry``, ``CompileKey``) and reworked the modules around them:
 every release from it on is audited by the registry-era drivers
-(``dsv4warmup.v033``, which serve 0.33.0 and 0.34.0). The releases before it
-(0.25.1, 0.26.0, frozen) keep the legacy drivers (``dsv4warmup.callsites``).
+(``dsv4warmup.registry``, which serve 0.33.0 and 0.34.0). The releases before it
+(0.25.1, 0.26.0, frozen) keep the legacy drivers (``dsv4warmup.legacy``).
 The decision is made here and nowhere else.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 FIRST_REGISTRY_RELEASE = (0, 33)
-# The sampling / verification driver (dsv4warmup.v033.sampling) drives Model
+# The sampling / verification driver (dsv4warmup.registry.sampling) drives Model
 # Runner V2 as 0.34.0 builds it.
 FIRST_SAMPLING_AUDIT_RELEASE = (0, 34)
 REGISTRY_AUDIT_GROUPS = ("spec_decode", "sparse_mla", "mhc")

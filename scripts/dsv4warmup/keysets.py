@@ -48,7 +48,7 @@ class Sweep:
     model: str = "flash"  # FLASH or PRO
     config: dict[str, Any] = field(default_factory=dict)  # ServingConfig changes
     options: dict[str, Any] = field(default_factory=dict)  # driver keywords
-    # The call-site driver; default dsv4warmup.callsites.<group>. A base with
+    # The call-site driver; default dsv4warmup.legacy.<group>. A base with
     # another layout names its own (same functions: runtime_keys, or for mhc
     # launched_keys_by_tokens + pristine_token_counts).
     driver: str = ""
@@ -61,7 +61,7 @@ class Sweep:
     def driver_module(self) -> Any:
         import importlib
 
-        return importlib.import_module(self.driver or f"dsv4warmup.callsites.{self.group}")
+        return importlib.import_module(self.driver or f"dsv4warmup.legacy.{self.group}")
 
     def serving_config(self) -> ServingConfig:
         config = {k: tuple(v) if isinstance(v, list) else v for k, v in self.config.items()}
@@ -198,13 +198,13 @@ def _seed_layout_sweeps() -> list[Sweep]:
 
 
 def _registry_era_sweeps() -> list[Sweep]:
-    """The registry-era drivers (``dsv4warmup.v033``: 0.33.0, 0.34.0), one
+    """The registry-era drivers (``dsv4warmup.registry``: 0.33.0, 0.34.0), one
     configuration per group and runner: the report's deployment, with k=2 and
     a 100k context where the EAGLE helpers depend on them. Each driver sweeps
     its own batches (every request count / token count the configuration
     allows). A runner the tree lacks (V1 from 0.34.0 on) has no sweep there
     (:func:`key_sets_of_tree`)."""
-    from .v033.lifecycle import RUNNERS
+    from .registry.lifecycle import RUNNERS
 
     out = []
     for runner in RUNNERS:
@@ -214,13 +214,13 @@ def _registry_era_sweeps() -> list[Sweep]:
                 f"{runner}-mtp-k2-100k",
                 config={"num_speculative_tokens": 2, "max_model_len": 100000, "max_num_seqs": 9},
                 options={"runner": runner},
-                driver="dsv4warmup.v033.spec_decode",
+                driver="dsv4warmup.registry.spec_decode",
             ),
             Sweep(
                 "sparse_mla",
                 f"{runner}-flash",
                 options={"runner": runner},
-                driver="dsv4warmup.v033.sparse_mla",
+                driver="dsv4warmup.registry.sparse_mla",
             ),
         ]
     out.append(
@@ -229,7 +229,7 @@ def _registry_era_sweeps() -> list[Sweep]:
             "v2-flash-2048",
             config={"max_num_batched_tokens": 2048},
             options={"runner": "v2"},
-            driver="dsv4warmup.v033.mhc",
+            driver="dsv4warmup.registry.mhc",
         )
     )
     return out
@@ -345,7 +345,7 @@ def _static_key_sets(sweep: Sweep) -> dict[str, set[NamedKey]]:
 
 def record(sweep_list: Iterable[Sweep]) -> KeySets:
     """Keys the importable tree's call sites launch, per sweep and kernel."""
-    import dsv4warmup.callsites  # noqa: F401  (Triton without a GPU)
+    import dsv4warmup.legacy  # noqa: F401  (Triton without a GPU)
 
     out: KeySets = {}
     for sweep in sweep_list:
@@ -380,8 +380,8 @@ def key_sets_of_tree(tree: Path, sweep_list: list[Sweep]) -> KeySets:
     group when the sweeps name their own drivers (0.33.0's stand in for
     different GPU-only packages, and vLLM caches what it finds installed).
     A sweep of a model runner ``tree`` does not have is left out."""
+    from .registry.lifecycle import runners_in_tree
     from .trees import json_from_tree
-    from .v033.lifecycle import runners_in_tree
 
     runners = runners_in_tree(tree)
     batches: dict[str, list[Sweep]] = {}

@@ -11,7 +11,7 @@ drivers.
 The warmed side is what that entry point compiles for its configuration,
 recorded (exact Triton keys, TileLang static keys) while its own launch code
 runs on CPU; the runtime side comes from the call-site drivers of
-:mod:`dsv4warmup.callsites` over a serving sweep of the same configuration,
+:mod:`dsv4warmup.legacy` over a serving sweep of the same configuration,
 never from the warmup's key functions.
 """
 
@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import callsites  # noqa: F401  (first: lets vLLM keep Triton on a CPU-only machine)
+from . import legacy  # noqa: F401  (first: lets vLLM keep Triton on a CPU-only machine)
 from .rows import Row, format_table
 from .serving import ServingConfig
 from .tree_audit import GROUPS
@@ -62,7 +62,7 @@ def serving_config(cfg: Any) -> ServingConfig:
 
 
 def _device_facts(cfg: Any) -> Any:
-    from .callsites import mhc
+    from .legacy import mhc
 
     serving = serving_config(cfg)
     return cfg.replace(
@@ -78,7 +78,7 @@ def warmed_keys(cfg: Any) -> dict[str, set[Any]]:
     from vllm.model_executor.warmup.deepseek_v4_mhc_warmup import nvidia_mhc_warmup
     from vllm.model_executor.warmup.triton_specialization import compile_triton_warmup
 
-    from .callsites import mhc
+    from .legacy import mhc
     from .triton_keys import keys_by_kernel, record_launches
 
     cfg = _device_facts(cfg)
@@ -106,7 +106,7 @@ def runtime_keys(cfg: Any) -> dict[str, dict[str, set[Any]]]:
     serving = serving_config(cfg)
     by_group: dict[str, dict[str, set[Any]]] = {}
     for group in GROUPS:
-        module: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
+        module: Any = importlib.import_module(f"dsv4warmup.legacy.{group}")
         if group == "mhc":
             keys = module.runtime_keys(serving, deep_gemm=cfg.use_deep_gemm)
         else:

@@ -2,8 +2,8 @@
 
 Runs inside a tree's interpreter (``python -m dsv4warmup.tree_audit``, started
 by :func:`dsv4warmup.audit.rows_for_tree`): the registry-era drivers
-(:mod:`dsv4warmup.v033`) for 0.33.0 and later, one kernel group per call; the
-frozen legacy drivers (:mod:`dsv4warmup.callsites`) for 0.25.1 and 0.26.0.
+(:mod:`dsv4warmup.registry`) for 0.33.0 and later, one kernel group per call; the
+frozen legacy drivers (:mod:`dsv4warmup.legacy`) for 0.25.1 and 0.26.0.
 Prints the rows as JSON on its last line.
 """
 
@@ -31,14 +31,14 @@ def rows_for(
     runner_fails: Callable[[str, BaseException], bool] | None = None,
 ) -> list[Row]:
     """Audit the vLLM tree importable in this process (registry era: one kernel
-    group; ``runner_fails`` as in :func:`dsv4warmup.v033.audit.rows_for`)."""
+    group; ``runner_fails`` as in :func:`dsv4warmup.registry.audit.rows_for`)."""
     if tree_is_registry_era(Path(os.environ.get("DSV4_VLLM_TREE", "."))):
-        from .v033 import audit as v033_audit
+        from .registry import audit as v033_audit
 
         return v033_audit.rows_for(cfg, None if group is None else (group,), runner_fails)
     rows: list[Row] = []
     for group in GROUPS:
-        mod: Any = importlib.import_module(f"dsv4warmup.callsites.{group}")
+        mod: Any = importlib.import_module(f"dsv4warmup.legacy.{group}")
         runtime = mod.runtime_keys(cfg)
         warm = mod.warmup_keys(cfg)
         for kernel in sorted(set(runtime) | set(getattr(mod, "KERNELS", ())) | set(warm)):

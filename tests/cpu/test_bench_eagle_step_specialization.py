@@ -44,7 +44,7 @@ else:
     import tempfile
     from types import ModuleType, SimpleNamespace
 
-    from dsv4warmup.v033 import platform
+    from dsv4warmup.registry import platform
 
     platform.install(platform.H200)  # before vLLM is imported
 

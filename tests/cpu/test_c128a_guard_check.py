@@ -182,7 +182,7 @@ def test_patched_v033_kernel_has_no_block_wide_sum(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "dsv4warmup.v033.c128a_sass",
+            "dsv4warmup.registry.c128a_sass",
             *("--tree", f"pristine={trees.pristine_tree('0.33.0')}"),
             *("--tree", f"patched={patched}"),
             *("--tree", f"in-range-count={with_sum}"),

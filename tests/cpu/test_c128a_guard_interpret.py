@@ -43,7 +43,7 @@ if not INTERPRETED:
         from unittest import mock
 
         import torch
-        from dsv4warmup.callsites.sparse_mla import make_flashmla_builder
+        from dsv4warmup.legacy.sparse_mla import make_flashmla_builder
         from dsv4warmup.serving import FLASH
 
         cfg = FLASH.replace(max_num_batched_tokens=64, max_model_len=4096)
@@ -73,7 +73,7 @@ if not INTERPRETED:
         from unittest import mock
 
         import torch
-        from dsv4warmup.callsites.sparse_mla import Batch, Runner, no_attention_kernels
+        from dsv4warmup.legacy.sparse_mla import Batch, Runner, no_attention_kernels
         from dsv4warmup.serving import FLASH
         from dsv4warmup.triton_keys import record_launches
         from vllm.models.deepseek_v4 import sparse_mla

@@ -107,7 +107,7 @@ def _sample(tree: Path, base: str, args: list[Any]) -> dict[str, Any]:
         return run([])
     from concurrent.futures import ThreadPoolExecutor
 
-    from dsv4warmup.v033.audit import GROUPS
+    from dsv4warmup.registry.audit import GROUPS
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         parts = list(pool.map(lambda g: run([g]), GROUPS))

@@ -5,7 +5,7 @@ Runtime side: the real model code (target + MTP draft) at sampled token
 counts, recorded at the ``@tilelang.jit`` factories, and the dispatch helpers
 the wrappers called, swept over every token count. Warmup side: vLLM's warmup
 run on the same model objects, recorded at the factories. See
-``dsv4warmup.callsites.mhc``. Runs with the real ``tilelang`` package when it
+``dsv4warmup.legacy.mhc``. Runs with the real ``tilelang`` package when it
 imports (its own cache key is then checked for every recorded key), else with
 a stand-in package.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from dsv4warmup.callsites import mhc as cs
+from dsv4warmup.legacy import mhc as cs
 from dsv4warmup.serving import FLASH, PRO
 
 MODELS = {"flash": FLASH, "pro": PRO}

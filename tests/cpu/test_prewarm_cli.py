@@ -8,7 +8,7 @@
 * The in-tree entry point has no audit (it must not import this repository's
   tooling) and exits 2 with a clear message without a GPU.
 * What the entry point compiles equals, key for key, what the worker's
-  start-up warmups compile (``dsv4warmup.callsites.*.warmup_keys``, driving
+  start-up warmups compile (``dsv4warmup.legacy.*.warmup_keys``, driving
   the real ``kernel_warmup`` entry points) over a configuration sweep, and
   covers every key the call sites produce.
 * Flags and ``config.json`` map onto the configuration as ``vllm serve``'s do.
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from dsv4warmup import prewarm_audit
-from dsv4warmup.callsites import mhc, sparse_mla, spec_decode
+from dsv4warmup.legacy import mhc, sparse_mla, spec_decode
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "vllm.model_executor.warmup.deepseek_v4_warmup"

@@ -1,5 +1,5 @@
 """The GPU tests' pre-warm runner (:mod:`dsv4warmup.gpu.prewarm_runner`) in the
-lab's Python environment (:mod:`dsv4warmup.v033.lab_host`): what the lab lacks
+lab's Python environment (:mod:`dsv4warmup.registry.lab_host`): what the lab lacks
 stays missing, and the runner's stand-ins get ``vllm warmup-kernels`` through
 configuration and model building (``--dry-run``: nothing compiles on CPU).
 
@@ -32,7 +32,7 @@ def _run(tmp_path: Path, variant: str, runner: str, **env: str) -> subprocess.Co
         pytest.skip("no 0.33.0 series")
     tree = trees.patched_tree("0.33.0")
     return subprocess.run(
-        [sys.executable, "-m", "dsv4warmup.v033.lab_host", str(tmp_path / "model"), variant]
+        [sys.executable, "-m", "dsv4warmup.registry.lab_host", str(tmp_path / "model"), variant]
         + ["--dry-run", "--json"],
         capture_output=True,
         text=True,
@@ -115,7 +115,7 @@ def test_model_kernels_only_warms_those_kernels_with_all_their_keys(tmp_path: Pa
 
 
 _STAND_IN_CACHE = """
-from dsv4warmup.v033 import cpu_cli, platform
+from dsv4warmup.registry import cpu_cli, platform
 cpu_cli.install(platform.H200, stand_ins=("tilelang",), permissive_ops=False)
 from vllm.model_executor.warmup import jit_warmup_sharing
 print(jit_warmup_sharing.shared_cache_dir("tilelang"))

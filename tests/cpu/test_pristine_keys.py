@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from dsv4warmup import keysets, series, trees
 from dsv4warmup.generation import is_registry_era
-from dsv4warmup.v033.lifecycle import runners_in_tree
+from dsv4warmup.registry.lifecycle import runners_in_tree
 
 # Every kernel the sweeps must reach, so an empty comparison cannot pass.
 REACHED_SEED_LAYOUT = {

@@ -1,7 +1,7 @@
 """Exact Triton keys of the DeepSeek V4 sparse-MLA metadata kernels.
 
 Runtime side: the real metadata builders and ``forward_mqa`` over a sweep of
-batches (``dsv4warmup.callsites.sparse_mla.runtime_keys``). Warmup side: the
+batches (``dsv4warmup.legacy.sparse_mla.runtime_keys``). Warmup side: the
 startup warmup on the same configuration (``warmup_keys``). Every runtime key
 must be warmed, and every warmed key must be one the real call sites launch
 for some feasible batch (no compile is wasted).
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from dsv4warmup.callsites import sparse_mla as callsites
+from dsv4warmup.legacy import sparse_mla as callsites
 from dsv4warmup.serving import FLASH, PRO, SPARSE_MLA_BOUNDARIES, ServingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,7 +1,7 @@
 """The four spec-decode helper kernels run by the Triton interpreter on CPU
 tensors and compared with torch references.
 
-Two layers: the real call sites (``dsv4warmup.callsites.spec_decode``: the
+Two layers: the real call sites (``dsv4warmup.legacy.spec_decode``: the
 proposer's methods and DeepSeek V4's ``compute_logits``) over a small sweep with
 every launch's outputs checked, and the kernels' wrappers / launch statements
 on generated inputs (hypothesis) for the edge cases: batch of one, one sampled
@@ -32,7 +32,7 @@ if not INTERPRETED:
 
 else:
     import torch
-    from dsv4warmup.callsites import spec_decode as cs
+    from dsv4warmup.legacy import spec_decode as cs
     from dsv4warmup.serving import FLASH, PRO
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st

@@ -6,7 +6,7 @@ Runtime side: vLLM's proposer methods (``prepare_next_token_ids_padded``,
 and DeepSeek V4's ``DeepSeekV4MultiTokenPredictor.compute_logits`` driven over
 every request count, every sampled-token width, discarded requests, zero
 accepted drafts, CUDA-graph padded and eager draft batches
-(``dsv4warmup.callsites.spec_decode``). Warmup side: what vLLM's
+(``dsv4warmup.legacy.spec_decode``). Warmup side: what vLLM's
 ``spec_decode_triton_warmup`` compiles, recorded at ``JITFunction.warmup``.
 """
 
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-from dsv4warmup.callsites import spec_decode as cs
+from dsv4warmup.legacy import spec_decode as cs
 from dsv4warmup.serving import FLASH, PRO, ServingConfig
 
 # FLASH with a short context so block tables stay small.

@@ -51,7 +51,7 @@ if not INTERPRETED:
         run_interpreted(__file__, v033_interpreted_env(patched_v033_tree()))
 
 else:
-    from dsv4warmup.v033 import platform
+    from dsv4warmup.registry import platform
 
     platform.install(platform.H200)  # before vLLM is imported
 

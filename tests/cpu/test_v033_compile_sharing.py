@@ -3,7 +3,7 @@ tensor-parallel group run the JIT warmup registry over a DeepSeek V4 Triton
 kernel (``CombineTopkSwaIndicesKernel``), each launch built for sm90 by
 Triton's compiler into ``TRITON_CACHE_DIR``, so what the registry counts as
 compiled or loaded is Triton's own disk-cache verdict
-(:mod:`dsv4warmup.v033.sharing_rank`).
+(:mod:`dsv4warmup.registry.sharing_rank`).
 
 * Ranks sharing one cache directory build every binary once between them:
   their compiles add up to the keys, each compiles part and loads the rest.
@@ -12,7 +12,7 @@ compiled or loaded is Triton's own disk-cache verdict
   fallback that keeps a rank that cannot read the others' binaries correct).
 * For the report's deployment, two processes with different hash seeds give
   every Triton and TileLang kernel the same id (what the ranks gather), so
-  a real node shares all of them (:mod:`dsv4warmup.v033.sharing_ids`).
+  a real node shares all of them (:mod:`dsv4warmup.registry.sharing_ids`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _run_ranks(tree: Path, caches: list[Path], work: Path) -> list[dict[str, Any
             TRITON_CACHE_DIR=str(cache),
             VLLM_TRITON_JIT_WARMUP_NUM_THREADS="1",
         )
-        cmd = [sys.executable, "-m", "dsv4warmup.v033.sharing_rank"]
+        cmd = [sys.executable, "-m", "dsv4warmup.registry.sharing_rank"]
         cmd += ["--rank", str(rank), "--world", str(len(caches))]
         cmd += ["--store", str(work / "store"), "--out", str(work / f"rank{rank}.json")]
         procs.append(
@@ -77,7 +77,7 @@ def test_report_deployment_kernels_have_one_id_in_every_process() -> None:
     path = [*map(str, toolchains.extra_python_path(BASE)), str(tree), str(REPO / "scripts")]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "dsv4warmup.v033.sharing_ids", "flash"],
+            [sys.executable, "-m", "dsv4warmup.registry.sharing_ids", "flash"],
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(path), PYTHONHASHSEED=seed),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -100,7 +100,7 @@ def test_report_deployment_kernels_have_one_id_in_every_process() -> None:
 
 @pytest.mark.parametrize("bad", ["2/2", "0", "a/2", "0/2/x", ""])
 def test_rank_of_world_is_checked(bad: str) -> None:
-    from dsv4warmup.v033.tp_group import parse
+    from dsv4warmup.registry.tp_group import parse
 
     assert parse("1/4") == (1, 4)
     with pytest.raises(ValueError, match="not rank/world"):

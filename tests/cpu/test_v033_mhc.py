@@ -1,11 +1,11 @@
 """mHC TileLang keys on vLLM 0.33.0: what the start-up warmup compiles against
 what the DeepSeek V4 forward passes launch, pristine and patched.
 
-Runtime side (``dsv4warmup.v033.mhc.runtime_keys``): the real target
+Runtime side (``dsv4warmup.registry.mhc.runtime_keys``): the real target
 ``DeepseekV4Model`` and MTP draft run at every token count 1..max_num_batched_tokens,
 keys recorded at the ``@tilelang.jit`` factories. Warmed side: the real models
 built in the runner's set-up steps, the registrations of the steps the runner
-activates fed into a real ``JitWarmupRegistry.warmup()`` (``dsv4warmup.v033.lifecycle``),
+activates fed into a real ``JitWarmupRegistry.warmup()`` (``dsv4warmup.registry.lifecycle``),
 compiles recorded at the same factories. Each tree runs in its own interpreter.
 
 The patched tree is ``trees.patched_tree("0.33.0")`` once ``patches/v0.33.0``
@@ -73,7 +73,7 @@ def reports() -> dict[str, Any]:
     with ThreadPoolExecutor(2) as pool:
         futures = {
             name: pool.submit(
-                trees.json_from_tree, tree, "-m", "dsv4warmup.v033.mhc", _case_json(cases)
+                trees.json_from_tree, tree, "-m", "dsv4warmup.registry.mhc", _case_json(cases)
             )
             for name, (tree, cases) in todo.items()
         }
@@ -228,8 +228,8 @@ def test_static_key_is_tilelang_0_1_12_phase1_key() -> None:
     """Every non-tensor parameter by name, defaults applied (0.1.12's binder
     fills defaults, unlike 0.1.9's), tensors and warmup tensors left out."""
     import torch
-    from dsv4warmup.callsites.mhc import _StubJIT
-    from dsv4warmup.v033 import mhc
+    from dsv4warmup.legacy.mhc import _StubJIT
+    from dsv4warmup.registry import mhc
 
     def factory(x, y, hidden: int, n_thr: int = 128, h_blk: int = 1024):  # noqa: ANN001
         pass

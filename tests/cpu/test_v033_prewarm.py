@@ -1,13 +1,13 @@
 """``vllm warmup-kernels`` (0.33.0 series) on CPU: the tree's own CLI ``main()``
-with the platform answering as an H200 (:mod:`dsv4warmup.v033.cpu_cli`).
+with the platform answering as an H200 (:mod:`dsv4warmup.registry.cpu_cli`).
 
 * For the report's deployment (``FLASH``) and each model runner, what the
   pre-warm compiles for the kernel groups' kernels equals what the recorded
-  start-up lifecycle (:func:`dsv4warmup.v033.lifecycle.warmed_keys`) compiles
+  start-up lifecycle (:func:`dsv4warmup.registry.lifecycle.warmed_keys`) compiles
   once the drafter's registrations are active (as the groups' runner patches
   make them): exact Triton/TileLang keys of the non-dry-run warmup, and the
   compile keys ``--dry-run`` lists. Needs the groups' drivers
-  (``dsv4warmup.v033.{spec_decode,sparse_mla,mhc}``); skipped without them.
+  (``dsv4warmup.registry.{spec_decode,sparse_mla,mhc}``); skipped without them.
 * ``--dry-run --json`` prints one JSON object on stdout and no logs there.
 * Invalid configurations get vLLM's answer: one ``error:`` line on stderr,
   exit 2, no traceback; a model that is not DeepSeek V4 warms what it
@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 from dsv4warmup import trees
 from dsv4warmup.paths import PATCHES, REPO
-from dsv4warmup.v033.audit import GROUPS
+from dsv4warmup.registry.audit import GROUPS
 from helpers import v033_tree_pytest
 
 SCRIPTS = REPO / "scripts"
-MODULE = "dsv4warmup.v033.prewarm"
+MODULE = "dsv4warmup.registry.prewarm"
 RUNNERS = ("v2", "v1")
 ENV = {"v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}
 ERROR_PREFIX = "vllm warmup-kernels: error: "
@@ -54,7 +54,7 @@ def _tree() -> Path:
 
 def _groups() -> list[str]:
     """The kernel groups whose lifecycle drivers this branch has."""
-    return [g for g in GROUPS if (SCRIPTS / "dsv4warmup/v033" / f"{g}.py").is_file()]
+    return [g for g in GROUPS if (SCRIPTS / "dsv4warmup/registry" / f"{g}.py").is_file()]
 
 
 def _model_dirs(root: Path) -> dict[str, Path]:
@@ -150,7 +150,7 @@ def test_prewarm_compiles_what_the_runner_lifecycle_compiles(
     runs: dict[str, Any], runner: str
 ) -> None:
     if not _groups():
-        pytest.skip("no kernel-group drivers (dsv4warmup.v033.<group>) on this branch")
+        pytest.skip("no kernel-group drivers (dsv4warmup.registry.<group>) on this branch")
     lifecycle = runs[f"lifecycle {runner}"]
     warmed, dry_run = runs[f"cli {runner}"]
     listed = {k["name"]: sorted(k["keys"]) for k in _summary(dry_run)["kernels"]}

@@ -1,9 +1,9 @@
 """vLLM 0.33.0's sparse-MLA metadata kernels: the key audit, pristine and patched.
 
-``dsv4warmup.v033.sparse_mla`` drives each tree's real call sites (layers,
+``dsv4warmup.registry.sparse_mla`` drives each tree's real call sites (layers,
 KV cache planner, metadata builders, ``forward_mqa``) over the chunk-boundary
 sweep of DeepSeek V4 Flash for every model runner of the tree, and the real
-start-up lifecycle (``dsv4warmup.v033.lifecycle``) for what the tree warms.
+start-up lifecycle (``dsv4warmup.registry.lifecycle``) for what the tree warms.
 Each tree runs in a fresh interpreter (``trees.json_from_tree``).
 
 * pristine: ``CombineTopkSwaIndicesKernel`` misses the ten keys whose
@@ -58,7 +58,7 @@ def _audit(which: str, base: str = "0.33.0") -> dict[str, Any]:
     from dsv4warmup import trees
 
     tree = trees.pristine_tree(base) if which == "pristine" else _patched_tree(base)
-    return trees.json_from_tree(tree, "-m", "dsv4warmup.v033.sparse_mla", "flash", "--quick")
+    return trees.json_from_tree(tree, "-m", "dsv4warmup.registry.sparse_mla", "flash", "--quick")
 
 
 def _spec(key: str) -> tuple[tuple[Any, ...], ...]:

@@ -1,6 +1,6 @@
 """vLLM 0.33.0's spec-decode kernels for DeepSeek V4 + MTP, pristine beside patched.
 
-Per model runner (V2, the default, and V1), :func:`dsv4warmup.v033.spec_decode.report`
+Per model runner (V2, the default, and V1), :func:`dsv4warmup.registry.spec_decode.report`
 gives the keys the real call sites launch over a small sweep and the keys the
 tree's real start-up lifecycle warms (``lifecycle.warmed_keys``). Each tree runs
 in its own interpreter (``trees.json_from_tree``), the two trees side by side.
@@ -90,9 +90,9 @@ STEP_CASES: list[dict[str, Any]] = [
 _INTERPRET = """
 import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
-from dsv4warmup.v033 import platform
+from dsv4warmup.registry import platform
 platform.install()
-from dsv4warmup.v033 import spec_decode as sd
+from dsv4warmup.registry import spec_decode as sd
 cases = [sd.StepCase(**c) for c in json.loads(sys.argv[1])]
 print(json.dumps(sd.interpret_step(cases)))
 """
@@ -121,12 +121,18 @@ def results() -> dict[str, Any]:
     jobs = {}
     for name, tree in (("pristine", trees.pristine_tree("0.33.0")), ("patched", _patched_tree())):
         if tree is not None:
-            jobs[name] = (tree, "-m", "dsv4warmup.v033.spec_decode", "report", sweep)
+            jobs[name] = (tree, "-m", "dsv4warmup.registry.spec_decode", "report", sweep)
             jobs[f"{name}_interpret"] = (tree, "-c", _INTERPRET, cases)
     v034 = (("pristine", trees.pristine_tree("0.34.0")), ("patched", _patched_tree("0.34.0")))
     for name, tree in v034:
         if tree is not None:
-            jobs[f"{name}_0.34.0"] = (tree, "-m", "dsv4warmup.v033.spec_decode", "report", sweep)
+            jobs[f"{name}_0.34.0"] = (
+                tree,
+                "-m",
+                "dsv4warmup.registry.spec_decode",
+                "report",
+                sweep,
+            )
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(trees.json_from_tree, *job) for name, job in jobs.items()}
         return {name: f.result() for name, f in futures.items()}

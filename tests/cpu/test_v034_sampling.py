@@ -1,6 +1,6 @@
 """Model Runner V2's sampling and verification kernels on vLLM 0.34.0, DeepSeek V4 + MTP.
 
-:mod:`dsv4warmup.v033.sampling` drives the tree's real ``GPUModelRunner`` on the
+:mod:`dsv4warmup.registry.sampling` drives the tree's real ``GPUModelRunner`` on the
 meta device: serving steps through its own request bookkeeping, input
 preparation and ``sample`` (``Sampler`` / ``RejectionSampler``) plus the MTP
 drafter's ``sample_draft``, and start-up through the tree's own
@@ -58,7 +58,7 @@ SAMPLING_FILES = (
 # rows (200, 3, 2) are then no multiple of 16.
 _ARGS = (
     "-m",
-    "dsv4warmup.v033.sampling",
+    "dsv4warmup.registry.sampling",
     "flash",
     "--k",
     "1",

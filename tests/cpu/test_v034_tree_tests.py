@@ -4,7 +4,7 @@ tree's (the tree's tests/AGENTS.md: show the failure before the fix).
 
 The series' version of each test file runs from a scratch folder with the
 tree on ``PYTHONPATH``: the pristine run is the new test on the base commit.
-The mHC test needs a CUDA platform: ``dsv4warmup.v033.mhc_pytest_plugin``
+The mHC test needs a CUDA platform: ``dsv4warmup.registry.mhc_pytest_plugin``
 makes this CPU answer as an H200 (SM90) or a B200 (SM100, where the fused
 post + pre path changes its split below eight tokens).
 """
@@ -30,7 +30,7 @@ CASES = [
     (
         "tests/kernels/mhc/test_mhc_jit_warmup.py",
         "warmup_keys_are_the_runtime_keys",
-        ["--noconftest", "-p", "dsv4warmup.v033.mhc_pytest_plugin"],
+        ["--noconftest", "-p", "dsv4warmup.registry.mhc_pytest_plugin"],
         "h200",
         {"passed": 36},
         {"failed": 16, "passed": 20},
@@ -38,7 +38,7 @@ CASES = [
     (
         "tests/kernels/mhc/test_mhc_jit_warmup.py",
         "warmup_keys_are_the_runtime_keys",
-        ["--noconftest", "-p", "dsv4warmup.v033.mhc_pytest_plugin"],
+        ["--noconftest", "-p", "dsv4warmup.registry.mhc_pytest_plugin"],
         "b200",
         {"passed": 36},
         {"failed": 20, "passed": 16},

@@ -29,7 +29,7 @@ def tree() -> Path | None:
 def serve_flags(model_root: Path, cfg: Any) -> list[str]:
     """``vllm serve`` flags of ``cfg`` with its ``config.json`` in ``model_root``."""
     sys.path.insert(0, str(REPO / "scripts"))
-    from dsv4warmup.v033 import engine, prewarm
+    from dsv4warmup.registry import engine, prewarm
 
     model_root.mkdir(parents=True, exist_ok=True)
     (model_root / "config.json").write_text(json.dumps(engine.hf_config_dict(cfg), default=str))

@@ -45,7 +45,7 @@ def _need_cuda() -> None:
 
 def forget_compiled(factory_name: str) -> None:
     """Empty one factory's in-memory kernel cache: its next call misses."""
-    from dsv4warmup.callsites import mhc as cs
+    from dsv4warmup.legacy import mhc as cs
 
     factory = getattr(cs._kernels_module(), factory_name)
     assert type(factory).__name__ == "JITImpl", type(factory)
@@ -56,7 +56,7 @@ def forget_compiled(factory_name: str) -> None:
 def test_startup_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> None:
     _need_cuda()
     import torch
-    from dsv4warmup.callsites import mhc as cs
+    from dsv4warmup.legacy import mhc as cs
     from dsv4warmup.serving import FLASH
     from vllm.model_executor.kernels.mhc.tilelang import device_num_sms
     from vllm.model_executor.warmup import deepseek_v4_mhc_warmup as warmup

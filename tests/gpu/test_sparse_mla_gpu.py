@@ -1,7 +1,7 @@
 """DeepSeek V4 sparse-MLA metadata kernels on a GPU.
 
 * After the startup warmup (``deepseek_v4_sparse_mla_key_warmup``), the
-  realistic sweep of ``dsv4warmup.callsites.sparse_mla`` -- real metadata
+  realistic sweep of ``dsv4warmup.legacy.sparse_mla`` -- real metadata
   builders and ``forward_mqa`` on CUDA tensors -- compiles neither kernel again,
   and the warmup compiled exactly as many binaries as the CPU key audit counts.
 * The guarded C128A kernel and ``combine_topk_swa_indices`` match torch
@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 import torch
 from compile_counters import triton_compiles
-from dsv4warmup.callsites import sparse_mla as callsites
+from dsv4warmup.legacy import sparse_mla as callsites
 from dsv4warmup.serving import FLASH, PRO, SPARSE_MLA_BOUNDARIES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]

@@ -1,5 +1,5 @@
 """Spec-decode helper kernels on a GPU: after vLLM's startup warmup, the real
-call sites (``dsv4warmup.callsites.spec_decode``: proposer methods, DeepSeek
+call sites (``dsv4warmup.legacy.spec_decode``: proposer methods, DeepSeek
 V4's MTP ``compute_logits``) swept over every batch size and sampled-token
 width compile nothing, and every launch's outputs equal the torch references.
 The warmup compiles exactly as many binaries per kernel as the CPU key audit
@@ -101,7 +101,7 @@ def _configs() -> dict[str, tuple[object, dict[str, bool]]]:
 @pytest.mark.parametrize("name", list(_configs()))
 def test_warmup_then_call_sites_compile_nothing(jit_compiles, name: str) -> None:
     import torch
-    from dsv4warmup.callsites import spec_decode as cs
+    from dsv4warmup.legacy import spec_decode as cs
     from vllm.model_executor.warmup.spec_decode_triton_warmup import warmup_spec_decode_triton
 
     cfg, kw = _configs()[name]

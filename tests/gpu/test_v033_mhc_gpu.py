@@ -44,9 +44,9 @@ def _tree() -> Path:
 def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> None:
     _need_cuda()
     import torch
-    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
+    from dsv4warmup.legacy.mhc import torch_tf32_hc_prenorm_gemm
+    from dsv4warmup.registry import engine, mhc
     from dsv4warmup.serving import FLASH
-    from dsv4warmup.v033 import engine, mhc
 
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sm_count)

@@ -111,7 +111,7 @@ def _use_caches(prewarmed: Path, tmp_path: Path) -> None:
 
 def _serve_sparse_mla(cfg: Any, runner: str) -> None:
     import torch
-    from dsv4warmup.v033 import sparse_mla as driver
+    from dsv4warmup.registry import sparse_mla as driver
 
     model = driver.build_model(cfg, runner, device="cuda", kv_cache_bytes=8 << 30)
     driver.warm_registry(model.vllm_config, runner).warmup()
@@ -121,8 +121,8 @@ def _serve_sparse_mla(cfg: Any, runner: str) -> None:
 
 def _serve_spec_decode(cfg: Any, runner: str) -> None:
     import torch
-    from dsv4warmup.callsites import spec_decode as cs
-    from dsv4warmup.v033 import spec_decode as sd
+    from dsv4warmup.legacy import spec_decode as cs
+    from dsv4warmup.registry import spec_decode as sd
 
     config = sd.vllm_config(cfg, runner)
     sd.warm_registry(config, runner).warmup()
@@ -134,12 +134,12 @@ def _serve_spec_decode(cfg: Any, runner: str) -> None:
 
 def _serve_mhc(cfg: Any, runner: str) -> None:
     import torch
-    from dsv4warmup.callsites.mhc import torch_tf32_hc_prenorm_gemm
 
     # The deployment the pre-warm saw: DeepGEMM decides the mHC split keys,
     # and a pre-warm process without it (the lab) warms the TileLang-GEMM ones.
     from dsv4warmup.gpu.prewarm_runner import missing
-    from dsv4warmup.v033 import engine, mhc, spec_decode
+    from dsv4warmup.legacy.mhc import torch_tf32_hc_prenorm_gemm
+    from dsv4warmup.registry import engine, mhc, spec_decode
 
     with mhc.deep_gemm_env(not missing("deep_gemm")), spec_decode._runner_env(runner):
         vllm_config = engine.vllm_config(cfg, "machine")

@@ -3,7 +3,7 @@
 * After the real ``JitWarmupRegistry`` warmup of ``BuildC128ATopkMetadataKernel``
   and ``CombineTopkSwaIndicesKernel`` -- registered by the real DeepSeek V4
   attention layers, in the set-up steps the runner activates -- the sweep of
-  ``dsv4warmup.v033.sparse_mla`` (real KV cache, metadata builders and
+  ``dsv4warmup.registry.sparse_mla`` (real KV cache, metadata builders and
   ``forward_mqa`` on CUDA, FlashMLA stubbed) compiles neither kernel again;
   a launch with a fresh key does compile (the counter works).
 * The guarded C128A kernel and ``combine_topk_swa_indices`` on an unaligned
@@ -18,8 +18,8 @@ import pytest
 import torch
 from c128a_reference import c128a_reference
 from compile_counters import triton_compiles
+from dsv4warmup.registry.lifecycle import available_runners
 from dsv4warmup.serving import FLASH, PRO
-from dsv4warmup.v033.lifecycle import available_runners
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
@@ -39,7 +39,7 @@ CONFIGS = {
 @pytest.mark.parametrize("runner", available_runners())
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_sweep_after_warmup_compiles_nothing(name: str, runner: str) -> None:
-    from dsv4warmup.v033 import sparse_mla as driver
+    from dsv4warmup.registry import sparse_mla as driver
 
     model = driver.build_model(CONFIGS[name], runner, device="cuda", kv_cache_bytes=32 << 30)
     with triton_compiles() as warm:

@@ -3,7 +3,7 @@ warmup of the JIT registry, a serving sweep of the real call sites compiles
 nothing, and every launch writes what the torch references write.
 
 Per model runner: the registrations the runner's start-up really keeps
-(``dsv4warmup.v033.spec_decode.warm_registry``: the real objects built in the
+(``dsv4warmup.registry.spec_decode.warm_registry``: the real objects built in the
 lifecycle's steps, the runner's active steps read from its source) go into a
 real ``JitWarmupRegistry`` whose ``warmup()`` compiles them; then
 ``spec_decode.run_call_sites`` drives, on CUDA tensors, the V1 drafter's
@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 from compile_counters import launch_fresh_triton_key
-from dsv4warmup.v033.lifecycle import available_runners
+from dsv4warmup.registry.lifecycle import available_runners
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
 
 def _need_cuda() -> None:
-    # The CPU-hosted platform stand-in (dsv4warmup.v033.platform) hides the
+    # The CPU-hosted platform stand-in (dsv4warmup.registry.platform) hides the
     # GPUs unless a device is named before CUDA starts.
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
     torch = pytest.importorskip("torch")
@@ -45,17 +45,27 @@ def _need_cuda() -> None:
 
 
 def _kernels() -> dict[str, Any]:
+    """The audit rows' kernels the tree has (0.34.0 removed the EAGLE
+    helpers with Model Runner V1)."""
+    import importlib.util
+
     from vllm.models.deepseek_v4.common.ops.fused_mtp_input_rmsnorm import (
         MTPSharedHeadRMSNormKernel,
     )
-    from vllm.v1.spec_decode import utils
 
-    return {
-        "eagle_step_slot_mapping_metadata_kernel": utils.eagle_step_slot_mapping_metadata_kernel,
-        "eagle_prepare_inputs_padded_kernel": utils.eagle_prepare_inputs_padded_kernel,
-        "eagle_prepare_next_token_padded_kernel": utils.eagle_prepare_next_token_padded_kernel,
-        "MTPSharedHeadRMSNormKernel.kernel": MTPSharedHeadRMSNormKernel.kernel,
+    kernels: dict[str, Any] = {
+        "MTPSharedHeadRMSNormKernel.kernel": MTPSharedHeadRMSNormKernel.kernel
     }
+    if importlib.util.find_spec("vllm.v1.spec_decode.utils") is not None:
+        from vllm.v1.spec_decode import utils
+
+        for name in (
+            "eagle_step_slot_mapping_metadata_kernel",
+            "eagle_prepare_inputs_padded_kernel",
+            "eagle_prepare_next_token_padded_kernel",
+        ):
+            kernels[name] = getattr(utils, name)
+    return kernels
 
 
 @pytest.fixture
@@ -115,8 +125,8 @@ def test_warmup_then_call_sites_compile_nothing(
     jit_compiles: list[str], name: str, runner: str
 ) -> None:
     import torch
-    from dsv4warmup.callsites import spec_decode as cs
-    from dsv4warmup.v033 import spec_decode as sd
+    from dsv4warmup.legacy import spec_decode as cs
+    from dsv4warmup.registry import spec_decode as sd
 
     cfg, kw = _configs()[name]
     config = sd.vllm_config(cfg, runner)

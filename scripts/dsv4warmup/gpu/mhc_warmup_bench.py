@@ -45,7 +45,7 @@ def _child(args: argparse.Namespace) -> dict:
     import logging
 
     import torch
-    from dsv4warmup.callsites import mhc as cs
+    from dsv4warmup.legacy import mhc as cs
     from dsv4warmup.serving import FLASH, PRO
     from vllm.model_executor.kernels.mhc.tilelang import device_num_sms
     from vllm.model_executor.kernels.mhc.tilelang_dispatch import mhc_site_keys

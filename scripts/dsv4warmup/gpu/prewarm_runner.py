@@ -7,7 +7,7 @@ The lab machine lacks packages a production install has: CuTeDSL
 (``nvidia-cutlass-dsl``), which DeepSeek V4's layers import at construction,
 FlashInfer, which V1's sampler asks whether it can sample, and DeepGEMM,
 without which its sparse indexer refuses to build. When they are missing, this
-stands in for them as the GPU tests' drivers do (:mod:`dsv4warmup.v033.meta_models`
+stands in for them as the GPU tests' drivers do (:mod:`dsv4warmup.registry.meta_models`
 modules whose attributes are mocks, stubs for compiled ops its ``vllm._C``
 lacks, the indexer's DeepGEMM check answered yes; mHC still sees no DeepGEMM)
 and skips the CuTeDSL kernels' compiles (none is this series'), naming them on
@@ -148,7 +148,7 @@ def missing(name: str) -> bool:
 
 
 def _stand_in_for_what_the_lab_lacks() -> tuple[str, ...]:
-    from dsv4warmup.v033 import meta_models
+    from dsv4warmup.registry import meta_models
 
     lacking = tuple(m for m in _STAND_IN_ROOTS if missing(m))
     if lacking:
@@ -334,7 +334,7 @@ def warm_as_a_tensor_parallel_rank(rank_of_world: str, store: Path) -> None:
     ranks run it:
     the command collects its registrations in its own one-rank world first,
     then warms in the group, where patch 0010 shares cold compiles."""
-    from dsv4warmup.v033.tp_group import parse, tensor_parallel_group
+    from dsv4warmup.registry.tp_group import parse, tensor_parallel_group
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
 
     rank, world = parse(rank_of_world)

@@ -149,7 +149,7 @@ def describe_retention(depth: int = 7) -> None:
 
 def main() -> int:
     import torch
-    from dsv4warmup.callsites import sparse_mla as callsites
+    from dsv4warmup.legacy import sparse_mla as callsites
     from dsv4warmup.serving import FLASH
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -39,12 +39,12 @@ def child(group: str) -> None:
     torch.zeros(1, device="cuda")  # CUDA context outside the timing
     start = time.perf_counter()
     if group == "spec_decode":
-        from dsv4warmup.callsites import spec_decode
+        from dsv4warmup.legacy import spec_decode
         from vllm.model_executor.warmup.triton_specialization import compile_triton_warmup
 
         compile_triton_warmup("spec decode", spec_decode.warmup_launches(FLASH))
     else:
-        from dsv4warmup.callsites import sparse_mla
+        from dsv4warmup.legacy import sparse_mla
         from vllm.model_executor.warmup.sparse_mla_triton_warmup import (
             deepseek_v4_sparse_mla_key_warmup,
         )

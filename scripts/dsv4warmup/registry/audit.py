@@ -1,6 +1,6 @@
 """Key-coverage audit of a registry-era vLLM tree (0.33.0, 0.34.0), per model runner.
 
-Runtime side: each kernel group's driver (``dsv4warmup.v033.<group>``) drives
+Runtime side: each kernel group's driver (``dsv4warmup.registry.<group>``) drives
 the tree's real call sites of one runner over the serving sweep of the
 configuration and returns every key with one witness batch. Warmed side: the
 tree's real registration lifecycle for that runner (:mod:`.lifecycle`), fed by
@@ -30,9 +30,9 @@ def group_modules(groups: tuple[str, ...] = GROUPS) -> list[tuple[str, ModuleTyp
     out = []
     for group in groups:
         try:
-            out.append((group, importlib.import_module(f"dsv4warmup.v033.{group}")))
+            out.append((group, importlib.import_module(f"dsv4warmup.registry.{group}")))
         except ModuleNotFoundError as e:
-            if e.name != f"dsv4warmup.v033.{group}":
+            if e.name != f"dsv4warmup.registry.{group}":
                 raise
     return out
 

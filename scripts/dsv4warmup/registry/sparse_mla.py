@@ -248,7 +248,7 @@ class Model:
 
 def runner_env(runner: str) -> contextlib.AbstractContextManager[None]:
     """``runner`` selected as a user selects it (:func:`lifecycle.selected`)."""
-    from dsv4warmup.v033 import lifecycle
+    from dsv4warmup.registry import lifecycle
 
     return lifecycle.selected(runner)
 
@@ -272,7 +272,7 @@ def block_table_width(spec: Any, vllm_config: Any) -> int:
 
 
 def _vllm_config(cfg: ServingConfig, runner: str, device: str) -> Any:
-    from dsv4warmup.v033 import engine, platform
+    from dsv4warmup.registry import engine, platform
 
     with runner_env(runner):
         if device.startswith("cuda"):
@@ -933,7 +933,7 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
 
 
 def _step(name: str) -> Any:
-    from dsv4warmup.v033 import lifecycle
+    from dsv4warmup.registry import lifecycle
 
     return lifecycle.step(name)
 
@@ -983,7 +983,7 @@ def audit(cfg: ServingConfig, runners: Sequence[str], *, quick: bool) -> dict[st
     """Per runner and kernel: the runtime keys with their witnesses, the keys
     the real start-up lifecycle warms, and for every missing key whether its
     witness batch alone launches it again. Keys as ``repr`` strings."""
-    from dsv4warmup.v033 import lifecycle
+    from dsv4warmup.registry import lifecycle
 
     out: dict[str, Any] = {}
     for runner in runners:
@@ -1012,7 +1012,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m dsv4warmup.v033.sparse_mla")
+    parser = argparse.ArgumentParser(prog="python -m dsv4warmup.registry.sparse_mla")
     parser.add_argument("config", help="flash | pro, optionally :{json overrides}")
     parser.add_argument("--runners", help="comma-separated (default: every runner of the tree)")
     parser.add_argument("--quick", action="store_true", help="the chunk-boundary sweep only")
@@ -1020,7 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.runners:
         runners: Sequence[str] = args.runners.split(",")
     else:
-        from dsv4warmup.v033 import lifecycle
+        from dsv4warmup.registry import lifecycle
 
         runners = lifecycle.available_runners()
     result = audit(_serving_config(args.config), runners, quick=args.quick)

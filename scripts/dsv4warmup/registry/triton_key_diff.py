@@ -6,7 +6,7 @@ runner and Triton kernel, the runtime and warmed key sets under each release
 and whether they agree, so a GPU result on 3.6.0 can be read against the
 3.8.0 audit::
 
-    python -m dsv4warmup.v033.triton_key_diff [--tree DIR] [--json FILE]
+    python -m dsv4warmup.registry.triton_key_diff [--tree DIR] [--json FILE]
 
 Each release runs in its own interpreter (``trees.json_from_tree`` with the
 release's folder as its toolchain), for the report's deployment.
@@ -68,7 +68,7 @@ def compare(tree: Path) -> list[dict[str, Any]]:
         merged: dict[str, Any] = {}
         for group in TRITON_GROUPS:
             got = trees.json_from_tree(
-                tree, "-m", "dsv4warmup.v033.triton_key_diff", "--dump", group, toolchain=path
+                tree, "-m", "dsv4warmup.registry.triton_key_diff", "--dump", group, toolchain=path
             )
             assert got["triton"] == version, (got["triton"], version)
             merged.update(got["keys"])

@@ -1,5 +1,5 @@
 """The GPU lab's Python environment, on this CPU-only machine, for
-:mod:`dsv4warmup.gpu.prewarm_runner` (``python -m dsv4warmup.v033.lab_host
+:mod:`dsv4warmup.gpu.prewarm_runner` (``python -m dsv4warmup.registry.lab_host
 <model dir> <flash|pro> [runner flags]``).
 
 The lab machine has TileLang but not CuTeDSL, ``cuda.bindings``, quack,

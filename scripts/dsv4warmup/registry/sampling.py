@@ -53,7 +53,7 @@ in for, never vLLM logic (:func:`cpu_hosted_h200`):
   The CUDA-graph dispatch is not run: no request padding (PIECEWISE or
   eager); no sampling kernel argument depends on it.
 
-``python -m dsv4warmup.v033.sampling flash|pro [--k 1,2] [--max-num-seqs N]
+``python -m dsv4warmup.registry.sampling flash|pro [--k 1,2] [--max-num-seqs N]
 [--quick|--full] [--kv-blocks N] [--json]`` prints, per kernel, the runtime
 and start-up key counts and each missing key with one witness step.
 """
@@ -982,7 +982,7 @@ def _main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - CLI
     import json
     import time
 
-    parser = argparse.ArgumentParser(prog="python -m dsv4warmup.v033.sampling")
+    parser = argparse.ArgumentParser(prog="python -m dsv4warmup.registry.sampling")
     parser.add_argument("model", choices=("flash", "pro"))
     parser.add_argument("--k", default="1", help="speculative tokens, comma-separated")
     parser.add_argument("--max-num-seqs", type=int, default=None)

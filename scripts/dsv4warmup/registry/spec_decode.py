@@ -580,7 +580,7 @@ def drafter_geometry(cfg: ServingConfig) -> tuple[int, int]:
 
 class _DeviceEngine:
     """The V1 runner's buffers for the drafter on ``device`` (the layout of
-    ``dsv4warmup.callsites.spec_decode._Engine``, 0.33.0's block table)."""
+    ``dsv4warmup.legacy.spec_decode._Engine``, 0.33.0's block table)."""
 
     def __init__(self, cfg: ServingConfig, device: Any, padded: bool) -> None:
         import numpy as np
@@ -588,7 +588,7 @@ class _DeviceEngine:
         from vllm.v1.utils import CpuGpuBuffer
         from vllm.v1.worker.block_table import BlockTable
 
-        from dsv4warmup.callsites import spec_decode as cs
+        from dsv4warmup.legacy import spec_decode as cs
 
         self.cfg = cfg
         self.device = torch.device(device)
@@ -625,7 +625,7 @@ def _common_attn_metadata(eng: _DeviceEngine, data: Any, step: Any) -> Any:
     import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
-    from dsv4warmup.callsites import spec_decode as cs
+    from dsv4warmup.legacy import spec_decode as cs
 
     r = step.num_reqs
     uniform = all(q == step.num_sampled for q in data.query_lens)
@@ -672,7 +672,7 @@ def run_call_sites(
 ) -> int:
     """The V1 drafter's helper call sites and the MTP ``compute_logits`` on
     ``device`` with data, every launch's outputs passed to ``check(kernel,
-    io)`` (names and torch references of ``dsv4warmup.callsites.spec_decode``):
+    io)`` (names and torch references of ``dsv4warmup.legacy.spec_decode``):
     every request count and sampled-token width, discarded requests, nothing
     or everything accepted, prefill chunks, positions at ``max_model_len``,
     CUDA-graph padding. ``eagle=False``: Model Runner V2, which launches only
@@ -680,7 +680,7 @@ def run_call_sites(
     the number of steps."""
     import torch
 
-    from dsv4warmup.callsites import spec_decode as cs
+    from dsv4warmup.legacy import spec_decode as cs
 
     count = 0
     with contextlib.ExitStack() as stack:

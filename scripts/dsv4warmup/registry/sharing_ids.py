@@ -1,6 +1,6 @@
 """The ids patch 0010 gathers from each rank for a deployment's registry (CPU).
 
-    python -m dsv4warmup.v033.sharing_ids <flash|pro>
+    python -m dsv4warmup.registry.sharing_ids <flash|pro>
 
 Collects the JIT warmup registrations ``vllm warmup-kernels`` would warm for the
 deployment (the tree's CLI on CPU, platform answering as an H200, ``--dry-run``)

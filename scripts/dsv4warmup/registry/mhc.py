@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from dsv4warmup.callsites.mhc import _stub_tilelang, _StubModule
+from dsv4warmup.legacy.mhc import _stub_tilelang, _StubModule
 from dsv4warmup.serving import ServingConfig
 
 from . import platform
@@ -173,7 +173,7 @@ class _FactoryRecorder:
 def _gpu() -> platform.Gpu:
     gpu = platform.installed_gpu()
     if gpu is None:
-        raise RuntimeError("install a platform first (dsv4warmup.v033.platform.install)")
+        raise RuntimeError("install a platform first (dsv4warmup.registry.platform.install)")
     return gpu
 
 
@@ -195,7 +195,9 @@ def kernels_module() -> types.ModuleType:
     from vllm.platforms import current_platform
 
     if not current_platform.is_cuda():
-        raise RuntimeError("needs a CUDA platform: a GPU, or dsv4warmup.v033.platform.install()")
+        raise RuntimeError(
+            "needs a CUDA platform: a GPU, or dsv4warmup.registry.platform.install()"
+        )
     with contextlib.ExitStack() as stack:
         if not real_tilelang_available():
             _install_stand_in()
@@ -622,7 +624,7 @@ def report(cfg: ServingConfig, deep_gemm: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m dsv4warmup.v033.mhc CASES_JSON``: CASES_JSON is a list of
+    """``python -m dsv4warmup.registry.mhc CASES_JSON``: CASES_JSON is a list of
     ``{"name", "cfg": ServingConfig fields, "deep_gemm"}``; prints one JSON
     line ``{name: report}``."""
     import json

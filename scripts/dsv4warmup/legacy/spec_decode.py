@@ -42,7 +42,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-from dsv4warmup.callsites import max_num_blocks_per_req
+from dsv4warmup.legacy import max_num_blocks_per_req
 from dsv4warmup.serving import ServingConfig
 
 NEXT_TOKEN_KERNEL = "eagle_prepare_next_token_padded_kernel"

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-from dsv4warmup.callsites import max_num_blocks_per_req
+from dsv4warmup.legacy import max_num_blocks_per_req
 from dsv4warmup.serving import ServingConfig, full_decode_graph_size
 
 C128A_KERNEL = "_build_c128a_topk_metadata_kernel"

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-model-len", type=int, default=4096)
     args = parser.parse_args(argv)
 
-    from dsv4warmup.v033 import platform
+    from dsv4warmup.registry import platform
 
     platform.install(platform.H200)
     from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry

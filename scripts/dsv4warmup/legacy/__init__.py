@@ -1,4 +1,12 @@
-"""Call-site drivers: the exact kernel keys the real vLLM call sites and the warmups produce."""
+"""Legacy call-site drivers, frozen: the exact kernel keys the real call sites and
+warmups of vLLM 0.25.1 and 0.26.0 produce (the releases before the JIT warmup
+registry). Kept working for those pinned bases; no new work. Registry-era
+releases (0.33.0 on) are driven by :mod:`dsv4warmup.registry`; which one serves
+a tree is decided in :mod:`dsv4warmup.generation`.
+
+Importing this package also lets vLLM keep Triton on a CPU-only machine
+(:func:`enable_triton_without_gpu`), which is why CPU entry points import it
+first."""
 
 import os
 

@@ -1,6 +1,6 @@
 """Block-wide reductions in the C128A top-k metadata kernel's sm90 SASS, on CPU.
 
-    python -m dsv4warmup.v033.c128a_sass [--tree NAME=DIR ...]
+    python -m dsv4warmup.registry.c128a_sass [--tree NAME=DIR ...]
 
 Compiles ``BuildC128ATopkMetadataKernel.kernel`` of each 0.33.0 tree (default:
 the generated pristine and patched trees), in the variant a real launch makes,
@@ -71,7 +71,7 @@ def main() -> int:
     parser.add_argument("--tree", action="append", default=[], help="NAME=DIR (repeatable)")
     args = parser.parse_args()
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    from dsv4warmup.v033 import platform
+    from dsv4warmup.registry import platform
 
     platform.install(platform.H200)  # before vLLM is imported
     if args.tree:

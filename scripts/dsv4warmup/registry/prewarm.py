@@ -2,7 +2,7 @@
 recorded start-up lifecycle (:mod:`.lifecycle`).
 
 Run in a fresh interpreter that imports the tree
-(``trees.json_from_tree(tree, "-m", "dsv4warmup.v033.prewarm", MODE, ARG)``);
+(``trees.json_from_tree(tree, "-m", "dsv4warmup.registry.prewarm", MODE, ARG)``);
 the last stdout line is the JSON answer:
 
 * ``cli CASES_JSON``: each case is an argv list for ``vllm`` (or

@@ -1,6 +1,6 @@
 """Run a 0.33.0 tree's ``vllm`` CLI on this CPU-only machine, as on an H200.
 
-``python -m dsv4warmup.v033.cpu_cli warmup-kernels <model> [flags]`` runs the
+``python -m dsv4warmup.registry.cpu_cli warmup-kernels <model> [flags]`` runs the
 tree's own ``vllm.entrypoints.cli.main.main()`` after :func:`install`. Model
 constructors then build on fake tensors as they do on the GPU; what this
 machine lacks is stood in for:
