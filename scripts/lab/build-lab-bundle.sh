@@ -4,7 +4,7 @@
 # fit the device tool's 64 MiB carry limit beside the trees (`make lab`, ~5.8 MB each).
 #   KIND=full (default, ~49 MB): tilelang 0.1.9 and its native dependencies (the gpu-lab bundle's
 #     pins) plus llguidance and xgrammar, which the spec-decode proposer imports: mHC tests, the
-#     pre-warm entry point and scripts/bench_first_request.py in one call.
+#     pre-warm entry point and scripts/bench/bench_first_request.py in one call.
 #   KIND=triton (~47 MB): no tilelang, a wider set of pure packages; what the Triton-side GPU tests
 #     (spec decode, sparse MLA) were first verified with.
 #   KIND=v033: vLLM 0.33.0's pins (tilelang 0.1.12, apache-tvm-ffi 0.1.11) and the pure packages

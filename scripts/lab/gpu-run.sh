@@ -6,13 +6,13 @@
 # Phases: upstream (vLLM's own kernel tests, pristine + patched), tree_tests (the series' own tree
 # tests on pristine and patched code), extensible / c128a_bench (0.34.0's C128A bound and timing),
 # tilelang_compile (lscpu +
-# scripts/bench_tilelang_compile.py), gpu (our forked GPU
+# scripts/bench/bench_tilelang_compile.py), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), guard_variants (where the c128a guard's cost goes), eagle_step
-# (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench_warmup.py), bench_node (0.33.0:
-# scripts/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench_symbolic_warmup.py),
+# (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench/bench_warmup.py), bench_node (0.33.0:
+# scripts/bench/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench/bench_symbolic_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid),
-# first_request (scripts/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
+# first_request (scripts/bench/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
@@ -120,7 +120,7 @@ phase_eagle_step() {  # 0.33.0 patch 0004's cost: the EAGLE step kernel without 
   # specializations against pristine's, CUDA graph, ABBA (TREES="pristine patched"); EAGLE_ARGS
   # e.g. "--rounds 5"
   ( lab patched; cd "$REPO" && timeout ${PHASE_TIMEOUT:-300} python3 \
-      scripts/bench_eagle_step_specialization.py --pristine-tree /tmp/lab-pristine/tree ${EAGLE_ARGS:-} 2>&1 )
+      scripts/bench/bench_eagle_step_specialization.py --pristine-tree /tmp/lab-pristine/tree ${EAGLE_ARGS:-} 2>&1 )
 }
 
 # Host backtraces off: with compute-sanitizer's default --show-backtrace yes (2025.3.1) every
@@ -158,22 +158,22 @@ phase_bench() {  # warmup costs, cold and warm disk caches
     timeout ${PHASE_TIMEOUT:-600} python3 scripts/dsv4warmup/gpu/triton_warmup_bench.py 2>&1 )
 }
 
-phase_bench_warmup() {  # scripts/bench_warmup.py: per-family warmup cost, cold and warm (#18); BENCH_TREE picks the tree
+phase_bench_warmup() {  # scripts/bench/bench_warmup.py: per-family warmup cost, cold and warm (#18); BENCH_TREE picks the tree
   ( lab ${BENCH_TREE:-patched}; cd "$REPO" && echo "### bench_warmup ${BENCH_ARGS:-}" &&
-    timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_warmup.py --tree "$DSV4_VLLM_TREE" \
+    timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench/bench_warmup.py --tree "$DSV4_VLLM_TREE" \
       ${BENCH_ARGS:-} --json "$OUT/bench_warmup.json" 2>&1 )
 }
 
 phase_tilelang_compile() {  # the host's CPUs, then one mHC TileLang key's compile alone (#18)
   ( lab patched; cd "$REPO" && lscpu && echo "### one TileLang compile" &&
-    timeout ${PHASE_TIMEOUT:-120} python3 scripts/bench_tilelang_compile.py 2>&1 )
+    timeout ${PHASE_TIMEOUT:-120} python3 scripts/bench/bench_tilelang_compile.py 2>&1 )
 }
 
-phase_symbolic_warmup() {  # scripts/bench_symbolic_warmup.py: 0.33.0 patch 0012's warm-start
+phase_symbolic_warmup() {  # scripts/bench/bench_symbolic_warmup.py: 0.33.0 patch 0012's warm-start
   # elaboration of the mHC pre epilogues, with vs without (#18); its own cache folder
   ( lab patched; cd "$REPO" && echo "### bench_symbolic_warmup" &&
     TILELANG_CACHE_DIR=/tmp/lab-symbolic-cache timeout ${PHASE_TIMEOUT:-400} \
-      python3 scripts/bench_symbolic_warmup.py --threads 16 2>&1 )
+      python3 scripts/bench/bench_symbolic_warmup.py --threads 16 2>&1 )
 }
 
 phase_compiler_start() {  # what a TileLang compiler process's start costs (0.33.0 patch 0011's
@@ -191,9 +191,9 @@ PY
   )
 }
 
-phase_bench_node() {  # scripts/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
+phase_bench_node() {  # scripts/bench/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
   ( lab ${BENCH_TREE:-patched}; cd "$REPO" && echo "### bench_node_warmup ${BENCH_ARGS:-}" &&
-    timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench_node_warmup.py --tree "$DSV4_VLLM_TREE" \
+    timeout ${PHASE_TIMEOUT:-900} python3 scripts/bench/bench_node_warmup.py --tree "$DSV4_VLLM_TREE" \
       ${BENCH_ARGS:-} --json "$OUT/bench_node_warmup.json" 2>&1 )
 }
 
@@ -205,7 +205,7 @@ phase_mhc() {
 phase_first_request() {  # first-request replay, patched then pristine (#6)
   ( lab patched; cd "$REPO" && echo "### first-request replay" &&
     VLLM_TRITON_JIT_WARMUP_NUM_THREADS=${THREADS:-8} timeout ${PHASE_TIMEOUT:-900} \
-      python3 scripts/bench_first_request.py --max-tokens ${MAX_TOKENS:-8192} --runs ${RUNS:-cold,warm,prewarm} \
+      python3 scripts/bench/bench_first_request.py --max-tokens ${MAX_TOKENS:-8192} --runs ${RUNS:-cold,warm,prewarm} \
         --${DEEP_GEMM:-deep-gemm} \
         $(for t in ${BENCH_TREES:-patched pristine}; do echo --tree $t=/tmp/lab-$t/tree; done) \
         --json "$OUT/first_request.json" 2>&1 )

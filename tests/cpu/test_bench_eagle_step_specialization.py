@@ -1,4 +1,4 @@
-"""scripts/bench_eagle_step_specialization.py's harness on CPU, under the
+"""scripts/bench/bench_eagle_step_specialization.py's harness on CPU, under the
 Triton interpreter (pristine and patched 0.33.0 trees, Triton 3.8.0).
 
 The benchmark's timings need a GPU; what it compares does not. Here its
@@ -49,7 +49,7 @@ else:
     platform.install(platform.H200)  # before vLLM is imported
 
     def _bench() -> ModuleType:
-        path = REPO / "scripts" / "bench_eagle_step_specialization.py"
+        path = REPO / "scripts" / "bench" / "bench_eagle_step_specialization.py"
         spec = importlib.util.spec_from_file_location("bench_eagle_step", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

@@ -1,4 +1,4 @@
-"""``scripts/bench_warmup.py``'s bookkeeping (the GPU runs themselves are by hand):
+"""``scripts/bench/bench_warmup.py``'s bookkeeping (the GPU runs themselves are by hand):
 kernels land in their family, seconds and keys add up, the table shows each run."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dsv4warmup.paths import REPO
 
 
 def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_warmup", REPO / "scripts/bench_warmup.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_warmup", REPO / "scripts/bench/bench_warmup.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -218,11 +220,11 @@ def test_host_cpus_reports_what_compiles_may_use() -> None:
 def test_node_table_sums_the_ranks() -> None:
     import sys
 
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "scripts" / "bench"))
     try:
         import bench_node_warmup as node
     finally:
-        sys.path.remove(str(REPO / "scripts"))
+        sys.path.remove(str(REPO / "scripts" / "bench"))
     families = _bench().by_family(TIMINGS)
     waited = dict(
         families,

@@ -1,7 +1,7 @@
 """The offline pre-warm entry point on a GPU: ``python -m
 vllm.model_executor.warmup.deepseek_v4_warmup`` in one process fills the
 Triton and TileLang disk caches; a second process replaying a serving trace
-through the real call sites (``scripts/bench_first_request.py``'s replay,
+through the real call sites (``scripts/bench/bench_first_request.py``'s replay,
 same flags) then builds nothing: a warm-cache start."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench_first_request.py"
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_first_request.py"
 
 
 def _bench() -> ModuleType:

@@ -15,7 +15,7 @@ stderr (``lab: skipped``). On a full install it runs the command unchanged.
 
 ``DSV4_TP_RANK=rank/world`` and ``DSV4_TP_STORE=<file>``: the registry warms as
 one rank of a gloo tensor-parallel group of such processes, joined through that
-file store (``scripts/bench_node_warmup.py``).
+file store (``scripts/bench/bench_node_warmup.py``).
 
 ``DSV4_DEEP_GEMM_KEYS=1`` (where DeepGEMM is missing): vLLM is told DeepGEMM
 is there, so the registrations and keys are a DeepGEMM deployment's, e.g. the

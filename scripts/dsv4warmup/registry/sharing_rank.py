@@ -2,7 +2,7 @@
 registry (patch 0010's shared cold compiles), for tests/cpu/test_v033_compile_sharing.py.
 
 The registry warms as a rank of a gloo tensor-parallel group through the hook
-``scripts/bench_node_warmup.py`` runs on the GPU
+``scripts/bench/bench_node_warmup.py`` runs on the GPU
 (:func:`dsv4warmup.gpu.prewarm_runner.warm_as_a_tensor_parallel_rank`). The platform answers as an H200, and every Triton launch the
 registry makes is built for sm90 with Triton's real compiler
 (:func:`dsv4warmup.triton_keys.compile_launches_for_sm90`), so its disk cache

@@ -1,7 +1,7 @@
 """TileLang elaboration cost of the mHC warmup keys, as is and with TileLang's
 ``mutate()`` memoized by code object (CPU; by hand).
 
-    PYTHONPATH=<0.33.0 tree>:scripts:<tilelang> python scripts/bench_tilelang_elaboration.py
+    PYTHONPATH=<0.33.0 tree>:scripts:<tilelang> python scripts/bench/bench_tilelang_elaboration.py
 
 On a warm disk cache the TileLang warmup still elaborates every key (its disk
 cache key is the ``PrimFunc``'s script), on the warming thread, one key after

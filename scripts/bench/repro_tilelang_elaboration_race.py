@@ -2,7 +2,7 @@
 (CPU; TileLang installed, a 0.33.0 tree on ``PYTHONPATH``; by hand).
 
     PYTHONPATH=<patched 0.33.0 tree>:scripts:<TileLang site> \\
-        python scripts/repro_tilelang_elaboration_race.py [--seconds 40] [--runs 3]
+        python scripts/bench/repro_tilelang_elaboration_race.py [--seconds 40] [--runs 3]
 
 Each run is a fresh process: its main thread elaborates DeepSeek V4 Flash
 ``mhc_pre_big_fuse`` keys (split counts 1-16, both epilogues) in a loop and

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """First-request replay of DeepSeek V4's model-specific kernels, pristine vs patched (GPU).
 
-    python scripts/bench_first_request.py --tree pristine=/path/to/pristine \\
+    python scripts/bench/bench_first_request.py --tree pristine=/path/to/pristine \\
         --tree patched=/path/to/patched [--max-tokens 8192] [--json out.json]
 
 Each tree runs in child processes on its own, initially empty, Triton and
@@ -46,7 +46,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = Path(__file__).resolve().parent
+SCRIPTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCRIPTS))
 from dsv4warmup.legacy import sparse_mla as _sparse_mla  # noqa: E402
 from dsv4warmup.legacy import spec_decode as _spec_decode  # noqa: E402

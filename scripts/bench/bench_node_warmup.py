@@ -1,7 +1,7 @@
 """Start-up warmup of one node's tensor-parallel ranks, cold, with and without
 sharing their compiles (0.33.0 patch 0010; GPU, by hand).
 
-    python scripts/bench_node_warmup.py --tree <patched 0.33.0 tree> [--ranks 4]
+    python scripts/bench/bench_node_warmup.py --tree <patched 0.33.0 tree> [--ranks 4]
         [--triton-cache per-rank|shared] [--variant flash|pro]
         [--max-num-batched-tokens N] [--num-speculative-tokens K] [--json FILE]
 

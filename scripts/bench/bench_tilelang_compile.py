@@ -1,6 +1,6 @@
 """One mHC TileLang key's compile, alone, where its CPU time goes (CPU or GPU host; by hand).
 
-    PYTHONPATH=<0.33.0 tree>:scripts:<tilelang> python scripts/bench_tilelang_compile.py
+    PYTHONPATH=<0.33.0 tree>:scripts:<tilelang> python scripts/bench/bench_tilelang_compile.py
         [--n-splits 16] [--no-broadcast]
 
 Compiles one DeepSeek V4 Flash ``mhc_pre_big_fuse`` key (the kernel with 17 of

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What 0.33.0 patch 0004 costs: the EAGLE step kernel without its scalar specializations (GPU).
 
-    PYTHONPATH=<patched 0.33.0 tree>:scripts python scripts/bench_eagle_step_specialization.py \\
+    PYTHONPATH=<patched 0.33.0 tree>:scripts python scripts/bench/bench_eagle_step_specialization.py \\
         --pristine-tree <pristine 0.33.0 tree> [--rounds 3]
 
 Patch 0004 turns ``eagle_step_slot_mapping_metadata_kernel``'s
@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-SCRIPTS = Path(__file__).resolve().parent
+SCRIPTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCRIPTS))
 from dsv4warmup.gpu.c128a_guard_check import abba_samples, load_edited, load_module  # noqa: E402
 

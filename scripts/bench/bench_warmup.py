@@ -1,6 +1,6 @@
 """Start-up cost of the JIT warmup, per kernel family, cold and warm (GPU; by hand).
 
-    python scripts/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm,copied]
+    python scripts/bench/bench_warmup.py --tree <patched 0.33.0 tree> [--runs cold,warm,copied]
         [--tilelang-threads 1,4,16] [--variant flash|pro] [--max-num-batched-tokens N]
         [--num-speculative-tokens K] [--runner v2|v1] [--deep-gemm-keys] [--json FILE]
 
@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from dsv4warmup.gpu.prewarm_runner import (  # noqa: E402

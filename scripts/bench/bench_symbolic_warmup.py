@@ -2,7 +2,7 @@
 patch 0012's symbolic split count (CPU or GPU host; by hand).
 
     PYTHONPATH=<patched 0.33.0 tree>:scripts:<TileLang site> TILELANG_CACHE_DIR=<dir> \\
-        python scripts/bench_symbolic_warmup.py [--rounds 2] [--threads 2] [--sms 132]
+        python scripts/bench/bench_symbolic_warmup.py [--rounds 2] [--threads 2] [--sms 132]
 
 The keys are the report deployment's ``MhcPreBigFuseTileLangKernel`` keys
 (DeepSeek V4 Flash, 8192 tokens, with DeepGEMM) as the start-up warmup expands
