@@ -82,7 +82,7 @@ def _cfg(name: str) -> Any:
 
 
 def _prewarmed(name: str, runner: str) -> Path:
-    """The caches of one pre-warm of (``name``, ``runner``), made once per session."""
+    """The caches of one pre-warm of (``name``, ``runner``), made once per test run."""
     tree = prewarm_process.tree()
     if tree is None:
         pytest.skip("needs a vLLM tree with `vllm warmup-kernels` (DSV4_V033_PATCHED_TREE)")

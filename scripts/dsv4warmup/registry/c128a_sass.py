@@ -8,7 +8,7 @@ for sm90 with the Triton that imports
 (0.33.0's toolchain: ``dsv4warmup.toolchains.extra_python_path('0.33.0')`` on
 PYTHONPATH, with the tree after it) and prints its instruction count and the
 instructions a block-wide ``tl.sum`` needs: barriers, shared-memory stores and
-loads, warp shuffles. 0001 (session 20) computes the length without that sum;
+loads, warp shuffles. 0.33.0's 0001 computes the length without that sum;
 the GPU measured the effect, this shows where it comes from.
 """
 

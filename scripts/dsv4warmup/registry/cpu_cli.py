@@ -172,7 +172,7 @@ def install(
 
 
 @contextlib.contextmanager
-def cpu_session(gpu: platform.Gpu = platform.H200) -> Iterator[None]:
+def cpu_hosted_gpu(gpu: platform.Gpu = platform.H200) -> Iterator[None]:
     from . import lifecycle
 
     install(gpu)
@@ -181,7 +181,7 @@ def cpu_session(gpu: platform.Gpu = platform.H200) -> Iterator[None]:
 
 
 def main(argv: list[str]) -> None:
-    with cpu_session():
+    with cpu_hosted_gpu():
         from vllm.entrypoints.cli.main import main as vllm_main
 
         sys.argv = ["vllm", *argv]

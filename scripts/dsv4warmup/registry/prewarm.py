@@ -74,7 +74,7 @@ def run_cli(argv: list[str], env: dict[str, str] | None = None, record: bool = F
     answer: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         stack.enter_context(_env(env or {}))
-        stack.enter_context(cpu_cli.cpu_session())
+        stack.enter_context(cpu_cli.cpu_hosted_gpu())
         if record:
             launches = stack.enter_context(triton_keys.record_launches())
             elsewhere = [
@@ -136,7 +136,7 @@ def lifecycle_side(cfg: ServingConfig, runner: str) -> dict:
     cpu_cli.install()
     env = lifecycle.selection_env(runner)
     groups = audit.group_modules()
-    with _env(env), cpu_cli.cpu_session():
+    with _env(env), cpu_cli.cpu_hosted_gpu():
         vllm_config = engine.vllm_config(cfg)
         original = lifecycle.active_steps
         active = original(runner) | {"drafter_model"}

@@ -23,7 +23,7 @@ from . import cpu_cli, engine, prewarm
 
 
 def item_ids(variant: str) -> list[tuple[str, Any]]:
-    with cpu_cli.cpu_session():
+    with cpu_cli.cpu_hosted_gpu():
         from vllm.model_executor.warmup import jit_warmup_sharing
         from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
 
