@@ -10,6 +10,7 @@ The decision is made here and nowhere else.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 FIRST_REGISTRY_RELEASE = (0, 33)
@@ -21,14 +22,14 @@ REGISTRY_AUDIT_GROUPS = ("spec_decode", "sparse_mla", "mhc")
 
 def release_tuple(version: str | None) -> tuple[int, ...]:
     """``"0.34.0+local"`` -> ``(0, 34, 0)``; ``()`` for no or an unreadable version."""
-    if not version:
-        return ()
     parts = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
+    for part in (version or "").split("+")[0].split("."):
+        digits = re.match(r"\d+", part)  # "0rc1" -> 0; the release ends there
+        if digits is None:
             break
-        parts.append(int(digits))
+        parts.append(int(digits.group()))
+        if digits.end() < len(part):
+            break
     return tuple(parts)
 
 

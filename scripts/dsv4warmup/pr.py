@@ -1036,5 +1036,4 @@ def summary(base: str, out: Path, prs: list[PullRequest]) -> str:
 def newest_bases() -> list[str]:
     """Upstream PRs are made from the newest base with a series; the older
     series stay for operators (``BASE=...`` exports one of them)."""
-    bases = series_mod.available_bases()
-    return [max(bases, key=pr_body.version)] if bases else []
+    return series_mod.available_bases()[-1:]  # oldest first

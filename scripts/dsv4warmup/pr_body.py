@@ -615,7 +615,3 @@ def prose(body: str) -> str:
 def word_count(body: str) -> int:
     """Words of :func:`prose` (headings and list markers are not words)."""
     return len([w for w in prose(body).split() if re.search(r"[A-Za-z0-9]", w)])
-
-
-def version(base: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", base)[:3])

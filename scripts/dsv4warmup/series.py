@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .generation import release_tuple
 from .paths import OVERLAY, PATCHES
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
@@ -130,7 +131,7 @@ def available_bases() -> list[str]:
         for d in PATCHES.glob("v*")
         if _BASE_DIR.match(d.name) and (d / "series").is_file()
     ]
-    return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
+    return sorted(found, key=release_tuple)
 
 
 def load(base: str, check_overlay: bool = True) -> Series:

@@ -171,10 +171,6 @@ def _unsupported(
     )
 
 
-def _release_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
-
-
 def nearest_base(
     tree: Path, table: dict[str, dict[str, str | None]] | None = None
 ) -> Nearest | None:
@@ -183,7 +179,7 @@ def nearest_base(
     none of any base's files as that base has it (nothing to compare)."""
     table = load_fingerprints() if table is None else table
     best: Nearest | None = None
-    for base in sorted(series_mod.available_bases(), key=_release_key, reverse=True):
+    for base in reversed(series_mod.available_bases()):  # newest first: it wins a tie
         fp = base_fingerprint(table, base)
         current = tree_fingerprint(tree, fp)
         if not any(h is not None and current[p] == h for p, h in fp.items()):

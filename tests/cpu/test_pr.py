@@ -24,6 +24,7 @@ import pytest
 from dsv4warmup import pr as pr_mod
 from dsv4warmup import pr_body, pr_code, pr_hooks, sources
 from dsv4warmup import series as series_mod
+from dsv4warmup.generation import release_tuple
 from helpers import git
 
 REPO = Path(__file__).resolve().parents[2]
@@ -627,7 +628,7 @@ def newest(tmp_path_factory: pytest.TempPathFactory):
     if not bases:
         pytest.skip("no real patch series exists yet")
     base = bases[0]
-    if pr_body.version(base) < (0, 34):
+    if release_tuple(base) < (0, 34):
         pytest.skip(f"the newest series, v{base}, predates the upstream base 0.34.0")
     tmp = tmp_path_factory.mktemp("newest")
     opts = pr_mod.Options(signoff=JANE, skip=set(NO_MYPY.split(",")), dry_run=True)
