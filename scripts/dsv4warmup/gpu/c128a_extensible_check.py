@@ -28,8 +28,6 @@ Modes:
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -38,7 +36,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dsv4warmup.gpu.c128a_guard_check import load_module, sanitizer  # noqa: E402
+from dsv4warmup.gpu.c128a_guard_check import load_module, memcheck, sanitizer  # noqa: E402
 
 RATIO = 128
 ROWS_PER_BLOCK = 2  # compressed rows of a 256-token block
@@ -169,14 +167,7 @@ def run_patched(pristine_tree: Path) -> int:
 
 def sanitized(tool: str, mode: str, pristine_tree: Path) -> tuple[int, int]:
     """(memcheck error count, exit code) of one mode under compute-sanitizer."""
-    cmd = [tool, "--tool", "memcheck", "--print-limit", "5", sys.executable, __file__]
-    cmd += ["--pristine-tree", str(pristine_tree), "--mode", mode]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    print(f"--- compute-sanitizer, {mode} kernel (exit {proc.returncode}) ---")
-    print("\n".join(out.splitlines()[-20:]))
-    match = re.search(r"ERROR SUMMARY: (\d+) error", out)
-    return (int(match.group(1)) if match else -1), proc.returncode
+    return memcheck(tool, __file__, ["--pristine-tree", str(pristine_tree), "--mode", mode])
 
 
 def main() -> int:

@@ -297,27 +297,38 @@ def sanitizer() -> str | None:
     return None
 
 
-def sanitized_errors(tool: str, mode: str, args: argparse.Namespace) -> int:
-    cmd = [
-        tool,
-        "--tool",
-        "memcheck",
-        "--print-limit",
-        "5",
-        sys.executable,
-        __file__,
-        "--pristine-tree",
-        str(args.pristine_tree),
-        "--mode",
-        mode,
-    ]
-    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+def memcheck(
+    tool: str, script: str, script_args: list[str], env: dict[str, str] | None = None
+) -> tuple[int, int]:
+    """(memcheck error count, exit code) of ``script`` run under compute-sanitizer.
+
+    The count is -1 when the sanitizer printed no summary (it crashed or timed out).
+    """
+    cmd = [tool, "--tool", "memcheck", "--print-limit", "5", sys.executable, script]
+    proc = subprocess.run(
+        cmd + script_args,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     out = proc.stdout + proc.stderr
-    print(f"--- compute-sanitizer, {mode} kernel (exit {proc.returncode}) ---")
-    print("\n".join(line for line in out.splitlines()[-25:]))
+    mode = " ".join(script_args[-2:])
+    print(f"--- compute-sanitizer, {mode} (exit {proc.returncode}) ---")
+    print("\n".join(out.splitlines()[-25:]))
     match = re.search(r"ERROR SUMMARY: (\d+) error", out)
-    return int(match.group(1)) if match else -1
+    return (int(match.group(1)) if match else -1), proc.returncode
+
+
+def sanitized_errors(tool: str, mode: str, args: argparse.Namespace) -> int:
+    # Without the caching allocator every garbage read past a tensor is out of bounds.
+    errors, _ = memcheck(
+        tool,
+        __file__,
+        ["--pristine-tree", str(args.pristine_tree), "--mode", mode],
+        env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+    )
+    return errors
 
 
 def main() -> int:
