@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 _TARGET_ARCH = 90
 _WARP_SIZE = 32
@@ -137,6 +137,47 @@ def keys_by_kernel(launches: list[RecordedLaunch]) -> dict[str, set[tuple[Any, .
     for launch in launches:
         out.setdefault(launch.kernel, set()).add(launch.key)
     return out
+
+
+W = TypeVar("W")
+
+
+class Witnesses(Generic[W]):
+    """Exact keys of the launches recorded while :meth:`recording` is active,
+    per kernel, each with the first witness (a description of the batch) that
+    produced it."""
+
+    def __init__(self, kernels: Collection[str] | None = None) -> None:
+        # Given kernels, only those are kept, each listed even if never launched.
+        self.keys: dict[str, dict[tuple[Any, ...], W]] = {k: {} for k in kernels or ()}
+        self._kept = None if kernels is None else frozenset(self.keys)
+        self._recorded: list[RecordedLaunch] | None = None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        with record_launches() as recorded:
+            self._recorded = recorded
+            try:
+                yield
+            finally:
+                self._recorded = None
+
+    @contextlib.contextmanager
+    def batch(self, witness: W, *, warmup: bool = False) -> Iterator[None]:
+        """Credit the launches made inside to ``witness``. Only a batch that
+        says so may call ``kernel.warmup``: elsewhere a warmup launch is a
+        step doing start-up's work, which no sweep should rely on."""
+        recorded = self._recorded
+        assert recorded is not None, "batch() outside recording()"
+        start = len(recorded)
+        try:
+            yield
+        finally:
+            for launch in recorded[start:]:
+                assert warmup or not launch.warmup, (launch.kernel, witness)
+                if self._kept is None or launch.kernel in self._kept:
+                    self.keys.setdefault(launch.kernel, {}).setdefault(launch.key, witness)
+            del recorded[start:]
 
 
 def compile_for_sm90(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+from dsv4warmup import triton_keys
 from dsv4warmup.serving import FLASH, PRO, ServingConfig
 
 from . import engine, lifecycle, meta_models, platform
@@ -380,37 +381,19 @@ def _kv_cache_layout(runner: Any, kv_blocks: int) -> None:
 # --- recording ------------------------------------------------------------------------
 
 
-class Witnesses:
-    """Exact keys of the launches made in sampling, per kernel, each with the
-    first batch that produced it."""
-
-    def __init__(self) -> None:
-        self.keys: RuntimeKeys = {}
-        self._recorded: list[Any] | None = None
+class Witnesses(triton_keys.Witnesses[str]):
+    """Keys of every kernel launched in sampling, recorded with Triton's CPU
+    driver standing in and meta tensors answering as CUDA ones."""
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
-        from dsv4warmup.triton_keys import record_launches
-
-        with record_launches() as recorded, lifecycle.cpu_triton_driver():
-            self._recorded = recorded
-            try:
-                yield
-            finally:
-                self._recorded = None
+        with super().recording(), lifecycle.cpu_triton_driver():
+            yield
 
     @contextlib.contextmanager
-    def batch(self, witness: str) -> Iterator[None]:
-        recorded = self._recorded
-        assert recorded is not None, "batch() outside recording()"
-        start = len(recorded)
-        try:
-            with meta_tensors_on_cuda():
-                yield
-        finally:
-            for launch in recorded[start:]:
-                self.keys.setdefault(launch.kernel, {}).setdefault(launch.key, witness)
-            del recorded[start:]
+    def batch(self, witness: str, *, warmup: bool = False) -> Iterator[None]:
+        with super().batch(witness, warmup=warmup), meta_tensors_on_cuda():
+            yield
 
     def startup(self) -> StartupKeys:
         return {k: set(found) for k, found in self.keys.items()}
@@ -564,7 +547,7 @@ def startup_keys(
         with w.recording():
             n = _dummy_run_num_reqs(runner, runner.max_num_tokens)
             _dummy_sampler_run(runner, w, n, f"profile_run: _dummy_sampler_run, {n} rows")
-            with w.batch("kernel_warmup: JitWarmupRegistry.warmup()"):
+            with w.batch("kernel_warmup: JitWarmupRegistry.warmup()", warmup=True):
                 runner.jit_warmup_registry.warmup()
             steps.where = "warmup_kernels"
             warmup_kernels(runner, steps.execute_model, steps.sample_tokens)

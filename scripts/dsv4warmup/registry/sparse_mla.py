@@ -887,18 +887,15 @@ def make_runner(model: Model) -> _Runner:
 def witness_batches(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Key, Batch]]:
     """Exact keys the call sites launch for ``batches``, each with the
     first batch that launched it."""
-    from dsv4warmup.triton_keys import record_launches
+    from dsv4warmup.triton_keys import Witnesses
 
     runner = make_runner(model)
-    out: dict[str, dict[Key, Batch]] = {name: {} for name in KERNELS}
-    with runner_env(model.runner), no_device_ops(model.device), record_launches() as recorded:
+    w = Witnesses[Batch](KERNELS)
+    with runner_env(model.runner), no_device_ops(model.device), w.recording():
         for batch in batches:
-            start = len(recorded)
-            runner.step(batch)
-            for launch in recorded[start:]:
-                if launch.kernel in out and not launch.warmup:
-                    out[launch.kernel].setdefault(launch.key, batch)
-    return out
+            with w.batch(batch):
+                runner.step(batch)
+    return w.keys
 
 
 def run_batches(model: Model, batches: Iterable[Batch]) -> None:

@@ -39,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from dsv4warmup import triton_keys
 from dsv4warmup.serving import ServingConfig
 
 from . import engine, meta_models
@@ -93,40 +94,6 @@ def vllm_config(cfg: ServingConfig, runner: str) -> Any:
 def v2_draft_vllm_config(config: Any) -> Any:
     """What V2's ``load_eagle_model`` builds the draft model with."""
     return config.speculative_config.apply_draft_overrides(config)
-
-
-# --- recording -----------------------------------------------------------------
-
-
-class _Witnesses:
-    """The first batch that produced each key, per kernel; launches are
-    recorded while :meth:`recording` is active."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, dict[Key, str]] = {k: {} for k in KERNELS}
-        self._recorded: list[Any] | None = None
-
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
-        from dsv4warmup.triton_keys import record_launches
-
-        with record_launches() as recorded:
-            self._recorded = recorded
-            try:
-                yield
-            finally:
-                self._recorded = None
-
-    @contextlib.contextmanager
-    def batch(self, witness: str) -> Iterator[None]:
-        recorded = self._recorded
-        assert recorded is not None, "batch() outside recording()"
-        start = len(recorded)
-        yield
-        for launch in recorded[start:]:
-            assert not launch.warmup, launch.kernel
-            if launch.kernel in self.keys:
-                self.keys[launch.kernel].setdefault(launch.key, witness)
 
 
 # --- Model Runner V2 never calls the EAGLE helpers ------------------------------
@@ -230,7 +197,9 @@ def _mtp_compute_logits(built: _Built, num_tokens: int) -> None:
         model.compute_logits(hidden)
 
 
-def _mtp_norm_sweep(built: _Built, cfg: ServingConfig, runner: str, w: _Witnesses) -> None:
+def _mtp_norm_sweep(
+    built: _Built, cfg: ServingConfig, runner: str, w: triton_keys.Witnesses[str]
+) -> None:
     """Rows per call: one per request (every draft step of both runners
     samples one token per request; V2's prefill step gathers the last token
     of each request). The row count only sets the grid."""
@@ -479,7 +448,7 @@ def _drive_v1_batch(d: _V1Drafter, b: Batch, k: int) -> None:
         )
 
 
-def _eagle_sweep(cfg: ServingConfig, built: _Built, w: _Witnesses) -> None:
+def _eagle_sweep(cfg: ServingConfig, built: _Built, w: triton_keys.Witnesses[str]) -> None:
     config = built.config
     proposer = make_proposer(config)
     geo = _drafter_geometry(built, proposer)
@@ -501,7 +470,7 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
     batches, each with the first batch that produced it."""
     import torch
 
-    w = _Witnesses()
+    w = triton_keys.Witnesses[str](KERNELS)
     if not cfg.uses_mtp:
         return w.keys
     threads = torch.get_num_threads()
