@@ -28,18 +28,29 @@ def rows_for_tree(tree: Path, cfg_overrides: dict[str, Any] | None = None) -> li
     overrides = json.dumps(cfg_overrides or {})
     if not tree_is_registry_era(tree):
         return [Row(**r) for r in json_from_tree(tree, "-m", "dsv4warmup.tree_audit", overrides)]
+    results = _per_group(tree, "dsv4warmup.tree_audit", overrides)
+    return _default_runner_first([Row(**r) for rows in results for r in rows])
+
+
+def _per_group(tree: Path, module: str, *args: str) -> list[Any]:
+    """``module``'s JSON answer for each kernel group that audits ``tree``,
+    in fresh interpreters, two at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .generation import audit_groups
     from .tree import declared_version
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(
-            lambda group: json_from_tree(tree, "-m", "dsv4warmup.tree_audit", overrides, group),
-            audit_groups(declared_version(tree)),
+        return list(
+            pool.map(
+                lambda group: json_from_tree(tree, "-m", module, *args, group),
+                audit_groups(declared_version(tree)),
+            )
         )
-        rows = [Row(**r) for rows in results for r in rows]
-    # one table per runner, the default first (a stable sort keeps group order)
+
+
+def _default_runner_first(rows: list[Row]) -> list[Row]:
+    """One table per runner, the default first (a stable sort keeps group order)."""
     return sorted(rows, key=lambda r: (not r.runner.endswith("(default)"), r.runner))
 
 
@@ -54,7 +65,7 @@ def audit_point(tree: Path, point: Any) -> dict[str, Any]:
         [dict(argv=list(point.argv), gpu=point.gpu, deep_gemm=point.deep_gemm, model=point.model)]
     )
     if tree_is_registry_era(tree):
-        return _v033_point(tree, arg)
+        return _registry_era_point(tree, arg)
     res = json_from_tree(tree, "-m", "dsv4warmup.configspace", "--resolve", arg)[0]
     if "error" in res:
         return res
@@ -64,25 +75,13 @@ def audit_point(tree: Path, point: Any) -> dict[str, Any]:
     return {"config": res["config"], "rows": [r.as_dict() for r in rows]}
 
 
-def _v033_point(tree: Path, arg: str) -> dict[str, Any]:
+def _registry_era_point(tree: Path, arg: str) -> dict[str, Any]:
     """One interpreter per kernel group (as :func:`rows_for_tree`), rows merged."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .generation import audit_groups
-    from .tree import declared_version
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(
-            pool.map(
-                lambda g: json_from_tree(tree, "-m", "dsv4warmup.configspace", arg, g)[0],
-                audit_groups(declared_version(tree)),
-            )
-        )
+    results = [answer[0] for answer in _per_group(tree, "dsv4warmup.configspace", arg)]
     for res in results:
         if "error" in res:
             return res
-    rows = [Row(**r) for res in results for r in res["rows"]]
-    rows.sort(key=lambda r: (not r.runner.endswith("(default)"), r.runner))
+    rows = _default_runner_first([Row(**r) for res in results for r in res["rows"]])
     config = dict(results[0]["config"])
     failures = {
         k: v for res in results for k, v in res["config"].get("runner_failures", {}).items()

@@ -33,9 +33,9 @@ def rows_for(
     """Audit the vLLM tree importable in this process (registry era: one kernel
     group; ``runner_fails`` as in :func:`dsv4warmup.registry.audit.rows_for`)."""
     if tree_is_registry_era(Path(os.environ.get("DSV4_VLLM_TREE", "."))):
-        from .registry import audit as v033_audit
+        from .registry import audit as registry_audit
 
-        return v033_audit.rows_for(cfg, None if group is None else (group,), runner_fails)
+        return registry_audit.rows_for(cfg, None if group is None else (group,), runner_fails)
     rows: list[Row] = []
     for group in GROUPS:
         mod: Any = importlib.import_module(f"dsv4warmup.legacy.{group}")
