@@ -134,12 +134,6 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated hook ids not to run, like pre-commit's SKIP (default: $SKIP)",
     )
     p.add_argument("--out", type=Path, default=BUILD / "pr", help="output (default build/pr)")
-    p.add_argument(
-        "--results",
-        type=Path,
-        default=pr.GPU_RESULTS,
-        help="measured figures, a section per patch or kernel (default docs/gpu-results.md)",
-    )
 
     args = parser.parse_args(argv)
     try:
@@ -215,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             pr.identity(opts.signoff)  # refuse before any work
             for base in bases:
-                prs = pr.export(base.removeprefix("v"), args.out.resolve(), args.results, opts)
+                prs = pr.export(base.removeprefix("v"), args.out.resolve(), opts)
                 print(pr.summary(base.removeprefix("v"), args.out.resolve(), prs))
     except tree.TreeError as e:
         print(f"error: {e}{_default_tree_hint(args, e)}", file=sys.stderr)

@@ -108,7 +108,6 @@ from .paths import BUILD, CACHE, REPO
 from .series import Patch
 from .tree import TreeError, _write
 
-GPU_RESULTS = REPO / "docs" / "gpu-results.md"  # the CLI's --results; bodies never read it
 EVIDENCE = Path(os.environ.get("DSV4_EVIDENCE_DIR", REPO / "docs" / "pr-evidence"))
 PSEUDONYM = "dsv4-warmup"
 COAUTHOR = "Claude <noreply@anthropic.com>"
@@ -670,13 +669,8 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def export(
-    base: str, out: Path, results: Path | None = None, options: Options | None = None
-) -> list[PullRequest]:
-    """Check everything, then write ``out/v<base>/``; raises PrError.
-    ``results`` is not read (bodies quote evidence files only); the CLI still
-    passes its ``--results``."""
-    del results
+def export(base: str, out: Path, options: Options | None = None) -> list[PullRequest]:
+    """Check everything, then write ``out/v<base>/``; raises PrError."""
     opts = options or Options()
     who = identity(opts.signoff)
     series = series_mod.load(base)
