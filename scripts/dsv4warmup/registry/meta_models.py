@@ -46,7 +46,10 @@ _GPU_ONLY_MODULES = (
 _COMPILED_OP_NAMESPACES = ("_C", "_moe_C", "_C_cache_ops", "_C_custom_ar")
 
 
-class _MockModule(types.ModuleType):
+class MockModule(types.ModuleType):
+    """A GPU-only package that is not installed: every attribute vLLM reads
+    is a ``MagicMock``, made once."""
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -80,13 +83,27 @@ class _MockModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec: Any) -> types.ModuleType:
-        module = _MockModule(spec.name)
+        module = MockModule(spec.name)
         module.__path__ = []
         self.created.append(spec.name)
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
         pass
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one intra-op thread: the drives' tensors are tiny or on
+    ``meta``, where more threads only add overhead."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @functools.cache
@@ -114,7 +131,7 @@ def _mock_modules() -> Iterator[None]:
     finally:
         sys.meta_path.remove(finder)
         for name in finder.created:
-            if isinstance(sys.modules.get(name), _MockModule):
+            if isinstance(sys.modules.get(name), MockModule):
                 del sys.modules[name]
 
 

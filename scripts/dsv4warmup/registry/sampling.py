@@ -82,9 +82,9 @@ Key = tuple[Any, ...]
 RuntimeKeys = dict[str, dict[Key, str]]
 StartupKeys = dict[str, set[Key]]
 
+RUNNERS = ("v2",)  # the runner this driver drives (0.34.0 has no other)
 # KV blocks the stand-in cache offers warmup: ample, no cap on its requests
 # (``warmup.py`` caps them by the committable blocks, a runtime value).
-RUNNERS = ("v2",)  # the runner this driver drives (0.34.0 has no other)
 KV_BLOCKS = 1 << 20
 
 
@@ -143,17 +143,6 @@ def _flashinfer_sampling() -> types.ModuleType:
     return module
 
 
-class _AbsentPackage(types.ModuleType):
-    """A GPU-only package vLLM imports but this drive never calls into."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = mock.MagicMock(name=f"{self.__name__}.{name}")
-        setattr(self, name, value)
-        return value
-
-
 class _FlashInferFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self) -> None:
         self.created: list[str] = []
@@ -167,7 +156,7 @@ class _FlashInferFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if spec.name == "flashinfer.sampling":
             module = _flashinfer_sampling()
         else:
-            module = _AbsentPackage(spec.name)
+            module = meta_models.MockModule(spec.name)  # never called into
         module.__path__ = []  # type: ignore[attr-defined]
         self.created.append(spec.name)
         return module
@@ -540,7 +529,7 @@ def startup_keys(
     from vllm.v1.worker.gpu.warmup import run_kv_cache_sizing_warmup, warmup_kernels
 
     w = Witnesses()
-    with lifecycle.selected("v2"), cpu_hosted_h200(config), _one_thread():
+    with lifecycle.selected("v2"), cpu_hosted_h200(config), meta_models.one_torch_thread():
         runner = build_runner(config, kv_blocks)
         steps = Steps(runner, w, "start-up")
         sc = config.scheduler_config
@@ -557,18 +546,6 @@ def startup_keys(
             n = _dummy_run_num_reqs(runner, min(sc.max_num_seqs, sc.max_num_batched_tokens))
             _dummy_sampler_run(runner, w, n, f"final _dummy_sampler_run, {n} rows")
     return w.startup()
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 # --- what serving sends ------------------------------------------------------------------
@@ -854,7 +831,7 @@ def runtime_keys(
     assert runner_name == "v2", "0.34.0 has Model Runner V2 only"
     config = vllm_config(cfg)
     w = Witnesses()
-    with lifecycle.selected("v2"), cpu_hosted_h200(config), _one_thread():
+    with lifecycle.selected("v2"), cpu_hosted_h200(config), meta_models.one_torch_thread():
         runner = build_runner(config)
         server = Server(runner, Steps(runner, w, f"k={runner.num_speculative_steps}"))
         with w.recording():

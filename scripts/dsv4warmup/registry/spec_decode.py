@@ -468,27 +468,20 @@ def _eagle_sweep(cfg: ServingConfig, built: _Built, w: triton_keys.Witnesses[str
 def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
     """Every key the real call sites of ``runner`` launch for ``cfg``'s
     batches, each with the first batch that produced it."""
-    import torch
-
     w = triton_keys.Witnesses[str](KERNELS)
     if not cfg.uses_mtp:
         return w.keys
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with _runner_env(runner):
-            config = engine.vllm_config(cfg)
-            _check_runner(config, runner)
-            built = _build_models(config, runner, with_target=runner == "v1")
-            with w.recording():
-                _mtp_norm_sweep(built, cfg, runner, w)
-                if runner == "v1":
-                    _eagle_sweep(cfg, built, w)
-            if runner == "v2":
-                hits = v2_calls_eagle_helpers()
-                assert not hits, f"Model Runner V2 calls the EAGLE helpers: {hits}"
-    finally:
-        torch.set_num_threads(threads)
+    with meta_models.one_torch_thread(), _runner_env(runner):
+        config = engine.vllm_config(cfg)
+        _check_runner(config, runner)
+        built = _build_models(config, runner, with_target=runner == "v1")
+        with w.recording():
+            _mtp_norm_sweep(built, cfg, runner, w)
+            if runner == "v1":
+                _eagle_sweep(cfg, built, w)
+        if runner == "v2":
+            hits = v2_calls_eagle_helpers()
+            assert not hits, f"Model Runner V2 calls the EAGLE helpers: {hits}"
     return w.keys
 
 
