@@ -17,12 +17,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from dsv4warmup.generation import REGISTRY_AUDIT_GROUPS
 from dsv4warmup.rows import Row
 from dsv4warmup.serving import ServingConfig
 
 from . import engine, lifecycle
 
-GROUPS = ("spec_decode", "sparse_mla", "mhc")
+# The groups of every registry-era release (0.34.0 adds sampling: generation.audit_groups).
+GROUPS = REGISTRY_AUDIT_GROUPS
 MAX_WITNESSES = 3  # per kernel row; the JSON keeps the same number
 
 
