@@ -122,11 +122,12 @@ def _serve_sparse_mla(cfg: Any, runner: str) -> None:
 def _serve_spec_decode(cfg: Any, runner: str) -> None:
     import torch
     from dsv4warmup.legacy import spec_decode as cs
+    from dsv4warmup.registry import lifecycle
     from dsv4warmup.registry import spec_decode as sd
 
     config = sd.vllm_config(cfg, runner)
     sd.warm_registry(config, runner).warmup()
-    with sd._runner_env(runner):
+    with lifecycle.selected(runner):
         steps = sd.run_call_sites(cfg, device="cuda", check=cs.check_outputs, eagle=runner == "v1")
     torch.cuda.synchronize()
     assert steps > 0
@@ -139,9 +140,9 @@ def _serve_mhc(cfg: Any, runner: str) -> None:
     # and a pre-warm process without it (the lab) warms the TileLang-GEMM ones.
     from dsv4warmup.gpu.prewarm_runner import missing
     from dsv4warmup.legacy.mhc import torch_tf32_hc_prenorm_gemm
-    from dsv4warmup.registry import engine, mhc, spec_decode
+    from dsv4warmup.registry import engine, lifecycle, mhc
 
-    with mhc.deep_gemm_env(not missing("deep_gemm")), spec_decode._runner_env(runner):
+    with mhc.deep_gemm_env(not missing("deep_gemm")), lifecycle.selected(runner):
         vllm_config = engine.vllm_config(cfg, "machine")
         with mhc.on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (models, registry):
             registry.warmup()

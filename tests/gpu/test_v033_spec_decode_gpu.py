@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from compile_counters import launch_fresh_triton_key
-from dsv4warmup.registry.lifecycle import available_runners
+from dsv4warmup.registry.lifecycle import available_runners, selected
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forked]
 
@@ -150,7 +150,7 @@ def test_warmup_then_call_sites_compile_nothing(
         seen.add(kernel)
         cs.check_outputs(kernel, io)
 
-    with sd._runner_env(runner):
+    with selected(runner):
         steps = sd.run_call_sites(cfg, device="cuda", check=check, eagle=runner == "v1", **kw)
     torch.cuda.synchronize()
     assert steps > 0

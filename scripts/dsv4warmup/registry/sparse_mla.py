@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+from dsv4warmup.registry import lifecycle
 from dsv4warmup.serving import ServingConfig, full_decode_graph_size
 
 C128A_KERNEL = "BuildC128ATopkMetadataKernel.kernel"
@@ -246,13 +247,6 @@ class Model:
         return dict(sorted(out.items()))
 
 
-def runner_env(runner: str) -> contextlib.AbstractContextManager[None]:
-    """``runner`` selected as a user selects it (:func:`lifecycle.selected`)."""
-    from dsv4warmup.registry import lifecycle
-
-    return lifecycle.selected(runner)
-
-
 def block_table_width(spec: Any, vllm_config: Any) -> int:
     """Columns of the block table of a KV cache group with ``spec``, as the
     runners size it (``get_block_table_width``: ``vllm.v1.worker.block_table``
@@ -274,7 +268,7 @@ def block_table_width(spec: Any, vllm_config: Any) -> int:
 def _vllm_config(cfg: ServingConfig, runner: str, device: str) -> Any:
     from dsv4warmup.registry import engine, platform
 
-    with runner_env(runner):
+    with lifecycle.selected(runner):
         if device.startswith("cuda"):
             return engine.vllm_config(cfg, "machine")
         # Before anything imports vLLM: it decides on import what the platform is.
@@ -322,7 +316,7 @@ def build_model(
     if cfg.uses_mtp:
         indices += layer_indices(hf_config, target=False, one_per_ratio=False)
     dev = torch.device(device)
-    with runner_env(runner), model_env(vllm_config):
+    with lifecycle.selected(runner), model_env(vllm_config):
         with meta_layers():
             layers = build_attention_layers(vllm_config, indices)
         specs = get_kv_cache_spec(vllm_config)
@@ -891,7 +885,7 @@ def witness_batches(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Ke
 
     runner = make_runner(model)
     w = Witnesses[Batch](KERNELS)
-    with runner_env(model.runner), no_device_ops(model.device), w.recording():
+    with lifecycle.selected(model.runner), no_device_ops(model.device), w.recording():
         for batch in batches:
             with w.batch(batch):
                 runner.step(batch)
@@ -901,7 +895,7 @@ def witness_batches(model: Model, batches: Iterable[Batch]) -> dict[str, dict[Ke
 def run_batches(model: Model, batches: Iterable[Batch]) -> None:
     """Run the steps for real (``model.device`` a GPU): the GPU tests."""
     runner = make_runner(model)
-    with runner_env(model.runner), no_device_ops(model.device):
+    with lifecycle.selected(model.runner), no_device_ops(model.device):
         for batch in batches:
             runner.step(batch)
 
@@ -930,8 +924,6 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
 
 
 def _step(name: str) -> Any:
-    from dsv4warmup.registry import lifecycle
-
     return lifecycle.step(name)
 
 
@@ -947,7 +939,7 @@ def register(vllm_config: Any, runner: str) -> None:
     # build them in an empty one, so that the caller's stays as it was.
     with (
         mock.patch.object(vllm_config.compilation_config, "static_forward_context", {}),
-        runner_env(runner),
+        lifecycle.selected(runner),
         model_env(vllm_config),
         meta_layers(),
     ):
@@ -980,13 +972,11 @@ def audit(cfg: ServingConfig, runners: Sequence[str], *, quick: bool) -> dict[st
     """Per runner and kernel: the runtime keys with their witnesses, the keys
     the real start-up lifecycle warms, and for every missing key whether its
     witness batch alone launches it again. Keys as ``repr`` strings."""
-    from dsv4warmup.registry import lifecycle
-
     out: dict[str, Any] = {}
     for runner in runners:
         model = _model(cfg, runner)
         found = witness_batches(model, sweep(model, quick=quick))
-        with runner_env(runner):
+        with lifecycle.selected(runner):
             warmed = lifecycle.warmed_keys(model.vllm_config, runner, [register]).keys
         rows: dict[str, Any] = {}
         for kernel in KERNELS:
@@ -1017,8 +1007,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.runners:
         runners: Sequence[str] = args.runners.split(",")
     else:
-        from dsv4warmup.registry import lifecycle
-
         runners = lifecycle.available_runners()
     result = audit(_serving_config(args.config), runners, quick=args.quick)
     print(json.dumps(result))
@@ -1037,8 +1025,6 @@ if __name__ == "__main__":
 def warm_registry(vllm_config: Any, runner: str) -> Any:
     """A real ``JitWarmupRegistry`` of what ``runner``'s start-up registers of
     these two kernels (:func:`register`); call its ``warmup()``."""
-    from . import lifecycle
-
     owners = ("BuildC128ATopkMetadataKernel", "CombineTopkSwaIndicesKernel")
     return lifecycle.warm_registry(
         vllm_config, runner, register, keep=lambda kernel: type(kernel).__name__ in owners

@@ -42,7 +42,7 @@ from unittest import mock
 from dsv4warmup import triton_keys
 from dsv4warmup.serving import ServingConfig
 
-from . import engine, meta_models
+from . import engine, lifecycle, meta_models
 
 STEP_KERNEL = "eagle_step_slot_mapping_metadata_kernel"
 PREPARE_INPUTS_KERNEL = "eagle_prepare_inputs_padded_kernel"
@@ -69,23 +69,13 @@ def present_kernels() -> tuple[str, ...]:
 # --- configuration -------------------------------------------------------------
 
 
-def _runner_env(runner: str) -> contextlib.AbstractContextManager[None]:
-    """``runner`` selected as a user selects it, for the whole drive
-    (:func:`lifecycle.selected`)."""
-    from . import lifecycle
-
-    return lifecycle.selected(runner)
-
-
 def _check_runner(config: Any, runner: str) -> None:
-    from . import lifecycle
-
     assert lifecycle.configured_runner(config) == runner, runner
 
 
 def vllm_config(cfg: ServingConfig, runner: str) -> Any:
     """The tree's ``VllmConfig`` for ``cfg`` served by ``runner``."""
-    with _runner_env(runner):
+    with lifecycle.selected(runner):
         config = engine.vllm_config(cfg)
         _check_runner(config, runner)
     return config
@@ -471,7 +461,7 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
     w = triton_keys.Witnesses[str](KERNELS)
     if not cfg.uses_mtp:
         return w.keys
-    with meta_models.one_torch_thread(), _runner_env(runner):
+    with meta_models.one_torch_thread(), lifecycle.selected(runner):
         config = engine.vllm_config(cfg)
         _check_runner(config, runner)
         built = _build_models(config, runner, with_target=runner == "v1")
@@ -486,8 +476,6 @@ def runtime_keys(cfg: ServingConfig, runner: str) -> dict[str, dict[Key, str]]:
 
 
 def _lifecycle_step(name: str) -> Any:
-    from . import lifecycle
-
     return lifecycle.step(name)
 
 
@@ -512,7 +500,7 @@ def register(vllm_config: Any, runner: str) -> None:
     * both: the MTP draft model in the drafter's / speculator's
       ``load_model`` ("drafter_model").
     """
-    with _runner_env(runner):
+    with lifecycle.selected(runner):
         _check_runner(vllm_config, runner)
         if vllm_config.speculative_config is None:
             return
@@ -532,7 +520,7 @@ __all__ = ["KERNELS", "register", "runtime_keys"]
 def drafter_geometry(cfg: ServingConfig) -> tuple[int, int]:
     """(block size, block-table columns) of the V1 drafter's KV-cache group
     for ``cfg``, as :func:`runtime_keys` finds them (meta-device models)."""
-    with _runner_env("v1"):
+    with lifecycle.selected("v1"):
         config = engine.vllm_config(cfg)
         built = _build_models(config, "v1", with_target=True)
         proposer = make_proposer(config)
@@ -673,8 +661,6 @@ def warm_registry(vllm_config: Any, runner: str) -> Any:
     """A real ``JitWarmupRegistry`` of what ``runner``'s start-up registers of
     these kernels (:func:`register` in the lifecycle's steps); call its
     ``warmup()``."""
-    from . import lifecycle
-
     return lifecycle.warm_registry(vllm_config, runner, _register_own_kernels)
 
 
@@ -687,8 +673,6 @@ def report(sweep: list[dict[str, Any]]) -> list[dict[str, Any]]:
     start-up lifecycle warms (:func:`lifecycle.warmed_keys`), the active
     steps. Keys as ``repr`` strings."""
     from dsv4warmup.serving import FLASH, PRO
-
-    from . import lifecycle
 
     out = []
     for item in sweep:
