@@ -36,7 +36,12 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dsv4warmup.gpu.c128a_guard_check import load_module, memcheck, sanitizer  # noqa: E402
+from dsv4warmup.gpu.c128a_guard_check import (  # noqa: E402
+    load_patched,
+    load_pristine,
+    memcheck,
+    sanitizer,
+)
 
 RATIO = 128
 ROWS_PER_BLOCK = 2  # compressed rows of a 256-token block
@@ -117,10 +122,7 @@ def read_slots(view: Any, slot_ids: Any) -> Any:
 
 
 def run_unpatched(pristine_tree: Path) -> int:
-    pristine = load_module(
-        pristine_tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py",
-        "pristine_sparse_mla",
-    )
+    pristine = load_pristine(pristine_tree)
     buffer, view = make_cache()
     try:
         slot_ids, _ = slots(pristine, make_batch(), None)
@@ -137,13 +139,9 @@ def run_unpatched(pristine_tree: Path) -> int:
 
 def run_patched(pristine_tree: Path) -> int:
     import torch
-    from vllm.models.deepseek_v4 import sparse_mla
     from vllm.utils.extensible_tensor import num_backed_rows
 
-    pristine = load_module(
-        pristine_tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py",
-        "pristine_sparse_mla",
-    )
+    sparse_mla, pristine = load_patched(), load_pristine(pristine_tree)
     buffer, view = make_cache()
     try:
         b = make_batch()
