@@ -75,9 +75,13 @@ def load_edited(
     return load_module(path, path.stem)
 
 
+def load_from_tree(tree: Path, name: str) -> ModuleType:
+    """``tree``'s ``sparse_mla.py`` (the C128A kernel), imported as ``name``."""
+    return load_module(tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py", name)
+
+
 def load_pristine(tree: Path) -> ModuleType:
-    path = tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
-    return load_module(path, "pristine_sparse_mla")
+    return load_from_tree(tree, "pristine_sparse_mla")
 
 
 def load_patched() -> ModuleType:
@@ -313,8 +317,8 @@ def memcheck(
         timeout=1800,
     )
     out = proc.stdout + proc.stderr
-    mode = " ".join(script_args[-2:])
-    print(f"--- compute-sanitizer, {mode} (exit {proc.returncode}) ---")
+    shown = " ".join([Path(script).name, *script_args])
+    print(f"--- compute-sanitizer: {shown} (exit {proc.returncode}) ---")
     print("\n".join(out.splitlines()[-25:]))
     match = re.search(r"ERROR SUMMARY: (\d+) error", out)
     return (int(match.group(1)) if match else -1), proc.returncode
@@ -351,8 +355,7 @@ def main() -> int:
     pristine, patched = load_pristine(args.pristine_tree), load_patched()
     sum_free = None
     if args.sum_free_tree is not None:
-        path = args.sum_free_tree / "vllm" / "models" / "deepseek_v4" / "sparse_mla.py"
-        sum_free = load_module(path, "sum_free_sparse_mla")
+        sum_free = load_from_tree(args.sum_free_tree, "sum_free_sparse_mla")
     if args.mode == "bench":
         bench(pristine, patched, sum_free, args.rounds)
         return 0
