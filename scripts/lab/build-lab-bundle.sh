@@ -7,6 +7,8 @@
 #     pre-warm entry point and scripts/bench/bench_first_request.py in one call.
 #   KIND=triton (~47 MB): no tilelang, a wider set of pure packages; what the Triton-side GPU tests
 #     (spec decode, sparse MLA) were first verified with.
+#   KIND=v033-tilelang-0.1.15: the same with TileLang 0.1.15 (parallel compiles save to its disk
+#     cache outside its global lock), to measure a TileLang pin bump against 0.1.12.
 #   KIND=v033: vLLM 0.33.0's pins (tilelang 0.1.12, apache-tvm-ffi 0.1.11) and the pure packages
 #     0.33.0 adds on the way to its kernel modules (fastapi, starlette, partial-json-parser); the
 #     lab keeps its torch 2.11 / triton 3.6 (0.33.0 pins torch 2.14 / triton 3.8).
@@ -40,9 +42,11 @@ if [ "${KIND:-full}" = full ]; then
     pytest-forked==1.7.5 py==1.11.0 llguidance==1.7.6 xgrammar==0.2.6
   )
 fi
-if [ "${KIND:-full}" = v033 ]; then
+if [ "${KIND:-full}" = v033 ] || [ "${KIND:-full}" = v033-tilelang-0.1.15 ]; then
+  tilelang_pin=tilelang==0.1.12
+  [ "$KIND" = v033-tilelang-0.1.15 ] && tilelang_pin=tilelang==0.1.15
   pins=(
-    tilelang==0.1.12 apache-tvm-ffi==0.1.11 z3-solver==4.15.4.0 torch-c-dlpack-ext==0.1.5
+    "$tilelang_pin" apache-tvm-ffi==0.1.11 z3-solver==4.15.4.0 torch-c-dlpack-ext==0.1.5
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
     openai==2.54.0 openai-harmony==0.0.8 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1
     cbor2==6.3.0 pyzmq==27.3.0 msgspec==0.23.0 pybase64==1.5.1 cachetools==8.0.2
@@ -60,5 +64,7 @@ ${PYTHON:-python3} -m pip download -q --no-deps --only-binary=:all: --python-ver
   "${plat[@]}" -d "$work/whl" "${pins[@]}"
 ${PYTHON:-python3} -m pip install -q --no-deps --no-compile --target "$work/site" --python-version 3.12 \
   --implementation cp --only-binary=:all: "${plat[@]}" "$work"/whl/*.whl
+# ROCm's headers: the lab is CUDA, and without them two bundles fit one carry.
+rm -rf "$work/site/tilelang/3rdparty/composable_kernel"
 (cd "$work/site" && tar cf - . | xz -9e -T0 > "$out/site.tar.xz")
 ls -la "$out/site.tar.xz"

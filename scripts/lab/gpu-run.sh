@@ -11,7 +11,8 @@
 # (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench/bench_warmup.py), bench_node (0.33.0:
 # scripts/bench/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench/bench_symbolic_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
-# mhc (mHC warmup vs upstream grid),
+# mhc (mHC warmup vs upstream grid), tilelang_warmup (registry-era trees: the deployment's
+# TileLang keys cold and warm per tree, scripts/bench/bench_mhc_registry_warmup.py),
 # first_request (scripts/bench/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
@@ -189,6 +190,16 @@ for n in (1, 1, 16, 16):
     print(f"{n} compiler process(es) at once: {time.perf_counter() - start:.2f} s, exit codes {set(codes)}")
 PY
   )
+}
+
+phase_tilelang_warmup() {  # scripts/bench/bench_mhc_registry_warmup.py: cold and warm registry
+  # warmup of the deployment's TileLang keys on each lab tree of TL_TREES (default "without
+  # patched", e.g. WITHOUT=0011); TL_RUNS the order, TL_ARGS e.g. --deep-gemm-keys
+  ( lab patched; cd "$REPO" && echo "### TileLang registry warmup ${TL_ARGS:-}" &&
+    timeout ${PHASE_TIMEOUT:-600} python3 scripts/bench/bench_mhc_registry_warmup.py \
+      $(for t in ${TL_TREES:-without patched}; do echo --tree $t=/tmp/lab-$t/tree; done) \
+      --runs "${TL_RUNS:-without:cold,patched:cold,patched:warm,without:warm,without:warm,patched:warm}" \
+      ${TL_ARGS:-} --json "$OUT/tilelang_warmup.json" 2>&1 )
 }
 
 phase_bench_node() {  # scripts/bench/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
