@@ -49,7 +49,9 @@ It lives outside ``patches/`` because ``make regen`` rewrites that folder::
     (optional, hand-written: related upstream work and how this differs)
 
 ``Before`` runs on the pristine tree, ``After`` on the patched one; each
-section has every field and exactly one fenced excerpt. The body's Claims
+section has every field and exactly one fenced excerpt. A patch that touches
+no ``tests/`` file (a dependency pin) may leave both out and show its effect
+by measurements alone. The body's Claims
 are the ``Claim:`` lines (else, where both excerpts end in pytest's summary
 line, those two lines) and the measurements' titles; Validation quotes the
 commands and the excerpts, each with its tree, host, versions and date.
@@ -655,7 +657,8 @@ def load_evidence(
                 )
             continue
         try:
-            found[patch.name] = pr_body.read_evidence(path, patch.subject)
+            has_test = any(f.startswith("tests/") for f in [*patch.files, *patch.overlay])
+            found[patch.name] = pr_body.read_evidence(path, patch.subject, has_test)
         except pr_body.EvidenceError as e:
             found[patch.name] = None
             problems.append(f"{patch.name}: {str(e).replace(str(path), _shown(path))}")

@@ -71,8 +71,8 @@ class Run:
 class Evidence:
     path: Path
     patch: str  # the subject of the patch it is for
-    before: Run
-    after: Run
+    before: Run | None  # None only for a change without a test (a pin bump)
+    after: Run | None
     measurements: tuple[Run, ...] = ()
     related: str = ""
     claims: tuple[str, ...] = ()  # hand-written `Claim:` lines, the body's Claims
@@ -154,8 +154,12 @@ def _run(path: Path, title: str, lines: list[tuple[int, str]]) -> Run:
     )
 
 
-def read_evidence(path: Path, subject: str) -> Evidence:
-    """The evidence file ``path`` of the patch whose subject is ``subject``."""
+def read_evidence(path: Path, subject: str, has_test: bool = True) -> Evidence:
+    """The evidence file ``path`` of the patch whose subject is ``subject``.
+
+    A patch that adds or changes no test (``has_test`` False, e.g. a
+    dependency pin) may have measurements only: then there is no test to show
+    failing before and passing after."""
     text = path.read_text()
     sections: list[tuple[str, int, list[tuple[int, str]]]] = []
     patch: str | None = None
@@ -202,17 +206,23 @@ def read_evidence(path: Path, subject: str) -> Evidence:
                 f"{path}:{lineno}: unknown section `## {title}` (sections: Before, After, "
                 "Measurement: <title>, Related)"
             )
-    for title in ("Before", "After"):
-        if title not in runs:
-            raise EvidenceError(f"{path}: no `## {title}` section")
+    if has_test or runs:
+        for title in ("Before", "After"):
+            if title not in runs:
+                raise EvidenceError(f"{path}: no `## {title}` section")
+    elif not measurements:
+        raise EvidenceError(
+            f"{path}: no `## Measurement: <title>` section (a change without a test shows "
+            "what it changes by a measurement)"
+        )
     problems = fence_problems(related)
     if problems:
         raise EvidenceError(f"{path}: Related: {problems[0]}")
     return Evidence(
         path,
         patch,
-        runs["Before"],
-        runs["After"],
+        runs.get("Before"),
+        runs.get("After"),
         tuple(measurements),
         related,
         tuple(claimed),
@@ -365,7 +375,8 @@ def claims(b: BodyInput) -> str:
         if ev is None:
             out.append(f"- No evidence yet (dry run): `{part.evidence_path}` is missing.")
             continue
-        first, last = _last_line(ev.before.output), _last_line(ev.after.output)
+        first = _last_line(ev.before.output) if ev.before else ""
+        last = _last_line(ev.after.output) if ev.after else ""
         if ev.claims:
             out += [f"- {c}" for c in ev.claims]
         elif _PYTEST_SUMMARY.search(first) and _PYTEST_SUMMARY.search(last):
@@ -416,14 +427,15 @@ def validation(b: BodyInput, level: int = 3) -> str:
             ]
             continue
         before, after = ev.before, ev.after
-        same = before.command == after.command
-        same_where = before.where == after.where
-        if same and not _same_command(after.command, planned):
-            out += ["Run as:", "", _fenced("bash", after.command), ""]
-        out += _run_block(before, f"v{b.base}", not same, not same_where)
-        out += _run_block(after, "With this change", not same, not same_where)
-        if same_where:
-            out += [f"Both on {after.where}.", ""]
+        if before is not None and after is not None:
+            same = before.command == after.command
+            same_where = before.where == after.where
+            if same and not _same_command(after.command, planned):
+                out += ["Run as:", "", _fenced("bash", after.command), ""]
+            out += _run_block(before, f"v{b.base}", not same, not same_where)
+            out += _run_block(after, "With this change", not same, not same_where)
+            if same_where:
+                out += [f"Both on {after.where}.", ""]
         for m in ev.measurements:
             out += [f"{'#' * (level + (len(b.parts) > 1))} {m.title}", ""]
             out += _run_block(m, "Measured", True, True)

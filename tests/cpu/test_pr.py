@@ -745,6 +745,28 @@ def test_evidence_file_is_read_as_written(tmp_path: Path) -> None:
     assert ev.related == ""
 
 
+def test_a_change_without_a_test_may_show_measurements_alone(tmp_path: Path) -> None:
+    # A dependency pin has no test to fail before and pass after.
+    start, end = EVIDENCE.index("## Before"), EVIDENCE.index("## Measurement")
+    measured_only = EVIDENCE[:start] + EVIDENCE[end:]
+    path = tmp_path / "0003.md"
+    path.write_text(measured_only)
+    subject = "[Bugfix] Toy: initialise the buffers"
+    ev = pr_body.read_evidence(path, subject, has_test=False)
+    assert ev.before is None and ev.after is None
+    assert [m.title for m in ev.measurements] == ["build time unchanged (5.1 us both)"]
+    # A change with a test still needs both runs, and a change without one
+    # needs a measurement or both runs.
+    with pytest.raises(pr_body.EvidenceError, match="no `## Before`"):
+        pr_body.read_evidence(path, subject)
+    path.write_text(EVIDENCE[:start])
+    with pytest.raises(pr_body.EvidenceError, match="no `## Measurement"):
+        pr_body.read_evidence(path, subject, has_test=False)
+    path.write_text(EVIDENCE.replace("## After", "## Measurement: after"))
+    with pytest.raises(pr_body.EvidenceError, match="no `## After`"):
+        pr_body.read_evidence(path, subject, has_test=False)
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
