@@ -639,6 +639,12 @@ def evidence_path(root: Path, base: str, patch: Patch) -> Path:
     return root / f"v{base}" / f"{number_and_slug(patch)[0]}.md"
 
 
+def has_test(patch: Patch) -> bool:
+    """Whether ``patch`` adds or changes a test (then its evidence shows it
+    failing before and passing after)."""
+    return any(f.startswith("tests/") for f in [*patch.files, *patch.overlay])
+
+
 def load_evidence(
     base: str, patches: list[Patch], opts: Options
 ) -> tuple[dict[str, pr_body.Evidence | None], list[str]]:
@@ -657,8 +663,7 @@ def load_evidence(
                 )
             continue
         try:
-            has_test = any(f.startswith("tests/") for f in [*patch.files, *patch.overlay])
-            found[patch.name] = pr_body.read_evidence(path, patch.subject, has_test)
+            found[patch.name] = pr_body.read_evidence(path, patch.subject, has_test(patch))
         except pr_body.EvidenceError as e:
             found[patch.name] = None
             problems.append(f"{patch.name}: {str(e).replace(str(path), _shown(path))}")

@@ -659,10 +659,11 @@ def test_newest_series_bodies(newest) -> None:
             own += [patch.text, patch.name]
             path = pr_mod.evidence_path(opts.evidence, base, patch)
             if path.is_file():
-                evidence = pr_body.read_evidence(path, patch.subject)
+                evidence = pr_body.read_evidence(path, patch.subject, pr_mod.has_test(patch))
                 own.append(path.read_text())
-                assert evidence.after.output in s["## Validation"]
-                assert evidence.before.output in s["## Validation"]
+                runs = (evidence.before, evidence.after, *evidence.measurements)
+                for run in filter(None, runs):
+                    assert run.output in s["## Validation"]
             else:
                 assert "**Dry run: no evidence file**" in s["## Validation"]
         assert not foreign_numbers(body, *own), pr.number
