@@ -45,19 +45,15 @@ def one_run(deep_gemm: bool, max_tokens: int) -> dict[str, Any]:
     import tilelang
     import torch
     from compile_counters import builds
-    from dsv4warmup.legacy.mhc import torch_tf32_hc_prenorm_gemm
-    from dsv4warmup.registry import engine, mhc
+    from dsv4warmup.registry import mhc
     from dsv4warmup.serving import FLASH
 
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     cfg = FLASH.replace(max_num_batched_tokens=max_tokens, sm_count=sm_count)
-    with mhc.deep_gemm_env(deep_gemm):
-        vllm_config = engine.vllm_config(cfg, "machine")
-        with mhc.on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (_, registry):
-            with builds() as counts:
-                start = time.perf_counter()
-                registry.warmup()
-                seconds = time.perf_counter() - start
+    with mhc.deployment_on_cuda(cfg, deep_gemm) as (_, _, registry), builds() as counts:
+        start = time.perf_counter()
+        registry.warmup()
+        seconds = time.perf_counter() - start
     tilelang_built = sum(n for (be, _, disk), n in counts.items() if be == "tilelang" and not disk)
     tilelang_read = sum(n for (be, _, disk), n in counts.items() if be == "tilelang" and disk)
     triton = sum(n for (be, _, _), n in counts.items() if be == "triton")

@@ -33,8 +33,6 @@ RESULT = "result: "
 
 def warm(keys: int) -> dict[str, Any]:
     """Compile (or load) ``keys`` mHC keys into ``TILELANG_CACHE_DIR``."""
-    import inspect
-
     import torch
 
     if not torch.cuda.is_available():
@@ -43,25 +41,19 @@ def warm(keys: int) -> dict[str, Any]:
         platform.install(platform.H200)
     import tilelang  # noqa: F401  (puts its TVM on the path)
     from bench_tilelang_elaboration import flash_pre_big_fuse_key
-    from tilelang.jit.kernel import JITKernel
+    from compile_counters import builds
     from vllm.model_executor.kernels.mhc import tilelang_kernels as tk
 
-    counts = {"built": 0, "read": 0}
-    original = JITKernel.__init__
-    signature = inspect.signature(original)
-
-    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
-        from_disk = signature.bind(self, *args, **kwargs).arguments.get("from_database", False)
-        original(self, *args, **kwargs)
-        counts["read" if from_disk else "built"] += 1
-
-    JITKernel.__init__ = counting  # type: ignore[method-assign]
     splits = (16, 8, 4, 2, 1)[:keys]
     start = time.perf_counter()
-    tk.MhcPreBigFuseTileLangKernel().compile_many(
-        [flash_pre_big_fuse_key(n, broadcast=False) for n in splits]
-    )
-    return {**counts, "seconds": round(time.perf_counter() - start, 2)}
+    with builds() as counts:
+        tk.MhcPreBigFuseTileLangKernel().compile_many(
+            [flash_pre_big_fuse_key(n, broadcast=False) for n in splits]
+        )
+    seconds = round(time.perf_counter() - start, 2)
+    built = sum(n for (be, _, disk), n in counts.items() if be == "tilelang" and not disk)
+    read = sum(n for (be, _, disk), n in counts.items() if be == "tilelang" and disk)
+    return {"built": built, "read": read, "seconds": seconds}
 
 
 def _spawn(cache: Path, keys: int) -> subprocess.Popen[str]:
@@ -90,7 +82,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=2, choices=range(1, 6))
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve()
+    sys.path[:0] = [str(here.parent), str(here.parents[2] / "tests" / "gpu")]
     if args.one:
         print(RESULT + json.dumps(warm(args.keys)), flush=True)
         return

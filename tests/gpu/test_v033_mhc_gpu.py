@@ -44,47 +44,44 @@ def _tree() -> Path:
 def test_registry_warmup_then_forward_passes_compile_nothing(deep_gemm: bool) -> None:
     _need_cuda()
     import torch
-    from dsv4warmup.legacy.mhc import torch_tf32_hc_prenorm_gemm
-    from dsv4warmup.registry import engine, mhc
+    from dsv4warmup.registry import mhc
     from dsv4warmup.serving import FLASH
 
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     cfg = FLASH.replace(max_num_batched_tokens=MAX_TOKENS, sm_count=sm_count)
-    with mhc.deep_gemm_env(deep_gemm):
-        vllm_config = engine.vllm_config(cfg, "machine")
-        with mhc.on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (models, registry):
-            # With the compiler processes (0011) the warmup's compiles run
-            # outside this process, which then reads each kernel from disk.
-            with builds() as warmup_builds:
-                registry.warmup()
-            tilelang_kernels = sum(n for (be, _, _), n in warmup_builds.items() if be == "tilelang")
-            assert tilelang_kernels, "the registry made no TileLang kernel"
+    with mhc.deployment_on_cuda(cfg, deep_gemm) as (_, models, registry):
+        # With 0.33.0's compiler processes (its 0011) the warmup's compiles run
+        # outside this process, which then reads each kernel from disk.
+        with builds() as warmup_builds:
+            registry.warmup()
+        tilelang_kernels = sum(n for (be, _, _), n in warmup_builds.items() if be == "tilelang")
+        assert tilelang_kernels, "the registry made no TileLang kernel"
 
-            # As the worker does after warmup, in the mode that fails on a compile.
-            from vllm.utils import jit_monitor
+        # As the worker does after warmup, in the mode that fails on a compile.
+        from vllm.utils import jit_monitor
 
-            jit_monitor.activate(mode="error")
-            with tilelang_compiles() as compiled, mhc._model_stubs(call_time=True):
-                with torch.inference_mode():
-                    for num_tokens in range(1, MAX_TOKENS + 1):
-                        mhc.forward_all(models, num_tokens)
-                torch.cuda.synchronize()
-                assert compiled == [], sorted(set(compiled))
+        jit_monitor.activate(mode="error")
+        with tilelang_compiles() as compiled, mhc._model_stubs(call_time=True):
+            with torch.inference_mode():
+                for num_tokens in range(1, MAX_TOKENS + 1):
+                    mhc.forward_all(models, num_tokens)
+            torch.cuda.synchronize()
+            assert compiled == [], sorted(set(compiled))
 
-                # Positive control: a hidden size no layer has is a new key.
-                from vllm.model_executor.kernels.mhc.tilelang import mhc_post_tilelang
+            # Positive control: a hidden size no layer has is a new key.
+            from vllm.model_executor.kernels.mhc.tilelang import mhc_post_tilelang
 
-                hidden = 2048
-                x = torch.randn(3, hidden, device="cuda", dtype=torch.bfloat16)
-                residual = torch.randn(3, 4, hidden, device="cuda", dtype=torch.bfloat16)
-                post = torch.rand(3, 4, 1, device="cuda")
-                comb = torch.rand(3, 4, 4, device="cuda")
-                with pytest.raises(RuntimeError, match="during inference"):
-                    mhc_post_tilelang(x, residual, post, comb)
-                torch.cuda.synchronize()
-            # The counter saw the fresh key's compile begin (the monitor
-            # raises inside TileLang's compile, after the counter).
-            assert compiled == ["mhc_post_tilelang"], compiled
+            hidden = 2048
+            x = torch.randn(3, hidden, device="cuda", dtype=torch.bfloat16)
+            residual = torch.randn(3, 4, hidden, device="cuda", dtype=torch.bfloat16)
+            post = torch.rand(3, 4, 1, device="cuda")
+            comb = torch.rand(3, 4, 4, device="cuda")
+            with pytest.raises(RuntimeError, match="during inference"):
+                mhc_post_tilelang(x, residual, post, comb)
+            torch.cuda.synchronize()
+        # The counter saw the fresh key's compile begin (the monitor
+        # raises inside TileLang's compile, after the counter).
+        assert compiled == ["mhc_post_tilelang"], compiled
 
 
 def _failing(tree: Path) -> tuple[set[str], str]:

@@ -139,17 +139,18 @@ def _serve_mhc(cfg: Any, runner: str) -> None:
     # The deployment the pre-warm saw: DeepGEMM decides the mHC split keys,
     # and a pre-warm process without it (the lab) warms the TileLang-GEMM ones.
     from dsv4warmup.gpu.prewarm_runner import missing
-    from dsv4warmup.legacy.mhc import torch_tf32_hc_prenorm_gemm
-    from dsv4warmup.registry import engine, lifecycle, mhc
+    from dsv4warmup.registry import lifecycle, mhc
 
-    with mhc.deep_gemm_env(not missing("deep_gemm")), lifecycle.selected(runner):
-        vllm_config = engine.vllm_config(cfg, "machine")
-        with mhc.on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (models, registry):
-            registry.warmup()
-            with mhc._model_stubs(call_time=True), torch.inference_mode():
-                for num_tokens in mhc.token_counts(vllm_config):
-                    mhc.forward_all(models, num_tokens)
-            torch.cuda.synchronize()
+    deep_gemm = not missing("deep_gemm")
+    with (
+        lifecycle.selected(runner),
+        mhc.deployment_on_cuda(cfg, deep_gemm) as (vllm_config, models, registry),
+    ):
+        registry.warmup()
+        with mhc._model_stubs(call_time=True), torch.inference_mode():
+            for num_tokens in mhc.token_counts(vllm_config):
+                mhc.forward_all(models, num_tokens)
+        torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("group", GROUPS)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from dsv4warmup.legacy.mhc import _stub_tilelang, _StubModule
+from dsv4warmup.legacy.mhc import _stub_tilelang, _StubModule, torch_tf32_hc_prenorm_gemm
 from dsv4warmup.serving import ServingConfig
 
 from . import platform
@@ -599,6 +599,19 @@ def deep_gemm_env(enabled: bool) -> Iterator[None]:
             os.environ.pop("VLLM_USE_DEEP_GEMM", None)
         else:
             os.environ["VLLM_USE_DEEP_GEMM"] = previous
+
+
+@contextlib.contextmanager
+def deployment_on_cuda(cfg: ServingConfig, deep_gemm: bool) -> Iterator[tuple[Any, Models, Any]]:
+    """``cfg``'s vLLM config on this GPU, and :func:`on_cuda`'s models and
+    registry for it, with the mHC keys of a deployment with or without
+    DeepGEMM (where DeepGEMM is absent its split-K GEMM runs in torch)."""
+    from . import engine
+
+    with deep_gemm_env(deep_gemm):
+        vllm_config = engine.vllm_config(cfg, "machine")
+        with on_cuda(vllm_config, torch_tf32_hc_prenorm_gemm) as (models, registry):
+            yield vllm_config, models, registry
 
 
 def report(cfg: ServingConfig, deep_gemm: bool) -> dict[str, Any]:
