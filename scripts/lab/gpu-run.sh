@@ -11,7 +11,8 @@
 # (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench/bench_warmup.py), bench_node (0.33.0:
 # scripts/bench/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench/bench_symbolic_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
-# mhc (mHC warmup vs upstream grid), tilelang_warmup (registry-era trees: the deployment's
+# mhc (mHC warmup vs upstream grid), serving_start (a pre-warm, then serving starts set up by
+# vLLM's torch.compile code: scripts/dsv4warmup/gpu/serving_start.py), tilelang_warmup (registry-era trees: the deployment's
 # TileLang keys cold and warm per tree, scripts/bench/bench_mhc_registry_warmup.py),
 # first_request (scripts/bench/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
@@ -55,7 +56,8 @@ tests/v1/attention/test_deepseek_v4_swa_visible.py::-k combine_topk_swa_prefill_
 tests/kernels/mhc/test_mhc_jit_warmup.py::-k warmup_keys_are_the_runtime_keys
 tests/jit_monitor/test_hooks_gpu.py::-k count_jit_compiles
 tests/v1/worker/test_gpu_model_runner_v2.py::-k registers_draft_model_jit_warmups
-tests/utils_/test_extensible_tensor.py::-k backed_rows"
+tests/utils_/test_extensible_tensor.py::-k backed_rows
+tests/model_executor/test_jit_warmup_triton_launcher.py::-k triton_cache_the_registry_started_with"
 phase_tree_tests() {
   for t in ${TREE_TEST_TREES:-pristine patched}; do
     ( lab $t; cd "$DSV4_VLLM_TREE" && echo "${TREE_TESTS:-$TREE_TESTS_034}" | while read -r entry; do
@@ -200,6 +202,16 @@ phase_tilelang_warmup() {  # scripts/bench/bench_mhc_registry_warmup.py: cold an
       $(for t in ${TL_TREES:-without patched}; do echo --tree $t=/tmp/lab-$t/tree; done) \
       --runs "${TL_RUNS:-without:cold,patched:cold,patched:warm,without:warm,without:warm,patched:warm}" \
       ${TL_ARGS:-} --json "$OUT/tilelang_warmup.json" 2>&1 )
+}
+
+phase_serving_start() {  # scripts/dsv4warmup/gpu/serving_start.py: a pre-warm, then serving starts
+  # set up by vLLM's torch.compile code, no cache variables, per tree of SS_TREES (default
+  # "pristine patched"); SS_ARGS_<tree> e.g. --tilelang
+  for t in ${SS_TREES:-pristine patched}; do
+    ( lab $t; cd "$REPO" && echo "### serving starts on $t" && args_var=SS_ARGS_$t &&
+      PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
+        python3 -m dsv4warmup.gpu.serving_start ${!args_var:-} 2>&1 )
+  done
 }
 
 phase_bench_node() {  # scripts/bench/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)

@@ -1,0 +1,178 @@
+"""A pre-warm, then serving starts set up by vLLM's own start-up code, all on
+one fresh ``HOME`` with no cache variable set: what each start's JIT registry
+warmup builds and what it reads from the disk caches.
+
+``python -m dsv4warmup.gpu.serving_start [--tilelang] [--json]`` in an
+interpreter that imports a vLLM tree (``PYTHONPATH``), on a GPU. Each start is
+its own process (cold in-memory caches) running the report's deployment
+(``FLASH``, Model Runner V2): its registrations are made first, as the runner
+makes them while it loads the model, then the start's torch.compile set-up,
+then ``JitWarmupRegistry.warmup()``:
+
+* ``prewarm``: no torch.compile (what a pre-warm step or an
+  ``--enforce-eager`` start does);
+* ``serve-inductor``: vLLM's ``InductorAdaptor.initialize_cache`` for the
+  model's compile cache, as ``VllmBackend`` calls it without AOT compile
+  (``initialize_inductor_cache`` points ``TRITON_CACHE_DIR`` into it);
+* ``serve-aot``: AOT compile, the default with torch >= 2.10: vLLM's
+  ``TORCHINDUCTOR_CACHE_DIR`` for the compile hash (as ``decorators.py`` sets
+  it), then one Inductor-compiled function run on the GPU (Inductor then sets
+  ``TRITON_CACHE_DIR`` itself).
+
+Triton's registrations are those of the sparse-MLA and spec-decode groups
+(``dsv4warmup.registry``); ``--tilelang`` adds the mHC group. Builds are
+counted by ``compile_counters.builds`` (Triton's ``cache_hit``, TileLang's
+``from_database``). Prints one line per start (``--json``: one JSON list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+STARTS = ("prewarm", "serve-inductor", "serve-aot")
+RESULT = "result: "
+# What an operator would otherwise have set; the starts run without them.
+CACHE_VARIABLES = (
+    "TRITON_CACHE_DIR",
+    "TRITON_HOME",
+    "TILELANG_CACHE_DIR",
+    "VLLM_CACHE_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "XDG_CACHE_HOME",
+)
+# A stand-in for the model's compile hash: any folder of vLLM's layout.
+COMPILE_HASH = "0123456789"
+
+
+@contextmanager
+def _registries(tilelang: bool) -> Iterator[list[Any]]:
+    """The deployment's registries, registrations made (the runner's load_model)."""
+    import torch
+    from dsv4warmup.registry import mhc, sparse_mla, spec_decode
+    from dsv4warmup.serving import FLASH
+
+    cfg = FLASH.replace(sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    model = sparse_mla.build_model(cfg, "v2", device="cuda", kv_cache_bytes=8 << 30)
+    registries = [
+        sparse_mla.warm_registry(model.vllm_config, "v2"),
+        spec_decode.warm_registry(spec_decode.vllm_config(cfg, "v2"), "v2"),
+    ]
+    with ExitStack() as stack:
+        if tilelang:
+            _, _, registry = stack.enter_context(mhc.deployment_on_cuda(cfg, deep_gemm=False))
+            registries.append(registry)
+        yield registries
+
+
+def _compile_set_up(start: str) -> None:
+    """What torch.compile does to the process before the JIT warmup runs."""
+    import vllm.envs as envs
+
+    root = os.path.join(envs.VLLM_CACHE_ROOT, "torch_compile_cache")
+    if start == "serve-inductor":
+        from vllm.compilation.compiler_interface import InductorAdaptor
+
+        cache_dir = os.path.join(root, COMPILE_HASH, "rank_0_0", "backbone")
+        InductorAdaptor(use_aot_compile=False).initialize_cache(cache_dir, prefix="backbone")
+    elif start == "serve-aot":
+        import torch
+
+        inductor_cache = os.path.join(root, "torch_aot_compile", COMPILE_HASH, "inductor_cache")
+        os.makedirs(inductor_cache, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache
+        compiled = torch.compile(lambda x: torch.sin(x) * 2 + 1)
+        compiled(torch.randn(1024, device="cuda"))
+        torch.cuda.synchronize()
+
+
+def child(start: str, tilelang: bool) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
+    from compile_counters import builds
+
+    with _registries(tilelang) as registries:
+        _compile_set_up(start)
+        triton_dir = os.environ.get("TRITON_CACHE_DIR")
+        began = time.perf_counter()
+        with builds() as counts:
+            for registry in registries:
+                registry.warmup()
+        seconds = time.perf_counter() - began
+    out: dict[str, Any] = {"start": start, "seconds": round(seconds, 2)}
+    for backend in ("triton", "tilelang"):
+        out[f"{backend}_built"] = sum(
+            n for (be, _, disk), n in counts.items() if be == backend and not disk
+        )
+        out[f"{backend}_read"] = sum(
+            n for (be, _, disk), n in counts.items() if be == backend and disk
+        )
+    out["TRITON_CACHE_DIR"] = triton_dir
+    out["after_warmup_TRITON_CACHE_DIR"] = os.environ.get("TRITON_CACHE_DIR")
+    return out
+
+
+def run_starts(
+    home: Path, tilelang: bool, starts: tuple[str, ...] = STARTS
+) -> list[dict[str, Any]]:
+    """Each of ``starts`` in its own process, in order, on ``home``."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
+    env["HOME"] = str(home)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "scripts"), env.get("PYTHONPATH", "")])
+    results = []
+    for start in starts:
+        argv = [sys.executable, "-m", "dsv4warmup.gpu.serving_start", "--child", start]
+        res = subprocess.run(
+            argv + (["--tilelang"] if tilelang else []),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=1800,
+        )
+        lines = [x for x in res.stdout.splitlines() if x.startswith(RESULT)]
+        if res.returncode != 0 or not lines:
+            raise RuntimeError(f"{start} failed ({res.returncode}): {res.stderr[-4000:]}")
+        results.append(json.loads(lines[-1][len(RESULT) :]))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tilelang", action="store_true", help="add the mHC group")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", choices=STARTS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(RESULT + json.dumps(child(args.child, args.tilelang)), flush=True)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="serving-start-") as tmp:
+        results = run_starts(Path(tmp) / "home", args.tilelang)
+        for r in results:
+            for key in ("TRITON_CACHE_DIR", "after_warmup_TRITON_CACHE_DIR"):
+                if r[key]:
+                    r[key] = r[key].replace(tmp, "<tmp>")
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for r in results:
+            print(
+                f"{r['start']:15} {r['seconds']:7.2f}s  Triton built {r['triton_built']:4} "
+                f"read {r['triton_read']:4}  TileLang built {r['tilelang_built']:3} "
+                f"read {r['tilelang_read']:3}  TRITON_CACHE_DIR during warmup: "
+                f"{r['TRITON_CACHE_DIR']}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
