@@ -12,7 +12,8 @@
 # scripts/bench/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench/bench_symbolic_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid), serving_start (a pre-warm, then serving starts set up by
-# vLLM's torch.compile code: scripts/dsv4warmup/gpu/serving_start.py), tilelang_warmup (registry-era trees: the deployment's
+# vLLM's torch.compile code: scripts/dsv4warmup/gpu/serving_start.py), cpu_bake_serve (serving
+# starts on caches baked on a CPU-only machine, .lab/cpu-bake.tar.xz), tilelang_warmup (registry-era trees: the deployment's
 # TileLang keys cold and warm per tree, scripts/bench/bench_mhc_registry_warmup.py),
 # first_request (scripts/bench/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
@@ -212,6 +213,15 @@ phase_serving_start() {  # scripts/dsv4warmup/gpu/serving_start.py: a pre-warm, 
       PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
         python3 -m dsv4warmup.gpu.serving_start ${!args_var:-} 2>&1 )
   done
+}
+
+phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on this repo's CPU-only
+  # machine by dsv4warmup.registry.cpu_bake (.lab/cpu-bake.tar.xz, unpacked at the HOME it was baked in)
+  rm -rf /tmp/bakehome && mkdir -p /tmp/bakehome && tar xJf .lab/cpu-bake.tar.xz -C /tmp/bakehome &&
+  ( lab patched; cd "$REPO" && echo "### serving starts on caches baked on a CPU-only machine" &&
+    PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
+      python3 -m dsv4warmup.gpu.serving_start --tilelang --home /tmp/bakehome \
+        --starts serve-inductor,serve-aot 2>&1 )
 }
 
 phase_bench_node() {  # scripts/bench/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)

@@ -22,7 +22,9 @@ then ``JitWarmupRegistry.warmup()``:
 Triton's registrations are those of the sparse-MLA and spec-decode groups
 (``dsv4warmup.registry``); ``--tilelang`` adds the mHC group. Builds are
 counted by ``compile_counters.builds`` (Triton's ``cache_hit``, TileLang's
-``from_database``). Prints one line per start (``--json``: one JSON list).
+``from_database``). Prints one line per start (``--json``: one JSON list). ``--home`` runs the
+starts on an existing ``HOME``, e.g. caches baked on a CPU-only builder
+(:mod:`dsv4warmup.registry.cpu_bake`).
 """
 
 from __future__ import annotations
@@ -150,13 +152,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tilelang", action="store_true", help="add the mHC group")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--home",
+        type=Path,
+        help="an existing HOME whose caches the starts use (e.g. baked on a CPU-only "
+        "builder by dsv4warmup.registry.cpu_bake; default: a fresh one)",
+    )
+    parser.add_argument(
+        "--starts", default=",".join(STARTS), help=f"comma-separated, of {', '.join(STARTS)}"
+    )
     parser.add_argument("--child", choices=STARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(RESULT + json.dumps(child(args.child, args.tilelang)), flush=True)
         return 0
+    starts = tuple(args.starts.split(","))
+    if not set(starts) <= set(STARTS):
+        parser.error(f"--starts: not among {STARTS}: {args.starts}")
     with tempfile.TemporaryDirectory(prefix="serving-start-") as tmp:
-        results = run_starts(Path(tmp) / "home", args.tilelang)
+        home = args.home.resolve() if args.home else Path(tmp) / "home"
+        results = run_starts(home, args.tilelang, starts)
         for r in results:
             for key in ("TRITON_CACHE_DIR", "after_warmup_TRITON_CACHE_DIR"):
                 if r[key]:

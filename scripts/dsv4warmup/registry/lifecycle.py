@@ -333,7 +333,8 @@ def warm_registry(
 
 
 class _CpuCudaDriver:
-    """What Triton asks its active driver while binding and keying launches."""
+    """What Triton asks its active driver while binding, keying and compiling
+    launches for an sm_90 GPU."""
 
     def get_current_device(self) -> int:
         return 0
@@ -347,6 +348,9 @@ class _CpuCudaDriver:
         import torch
 
         return torch.device("cpu")
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0  # a compile-only launch (``warmup``) asks, and never launches
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"no GPU here: Triton asked its driver for {name!r}")

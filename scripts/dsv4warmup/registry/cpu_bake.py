@@ -1,0 +1,99 @@
+"""Bake the report's deployment's JIT warmup caches on a CPU-only machine, as a
+CPU-only image builder would, with a 0.34.0 tree's real registries.
+
+The registrations are those of the sparse-MLA, spec-decode and (unless
+``--no-tilelang``) mHC groups of ``FLASH`` on Model Runner V2, made by the
+same drivers the GPU tests use (:mod:`dsv4warmup.gpu.serving_start`); then each
+registry's real ``warmup()`` compiles:
+
+* Triton through its own compiler and ptxas, its driver answering for an
+  sm_90 GPU (:func:`.lifecycle.cpu_triton_driver`, plus the current stream a
+  compile-only launch asks for);
+* TileLang for ``TILELANG_DEFAULT_TARGET`` (set it to
+  ``{"kind": "cuda", "arch": "sm_90a"}``), with the CUDA toolkit's nvcc.
+
+Nothing launches. The binaries go to the default caches under ``HOME``
+(``~/.triton/cache``, ``~/.tilelang/cache``), what a server with no cache
+variable reads once patch 0013 is applied. Bake at the absolute path the
+server will read from: a Triton cache entry lists its files by absolute path.
+
+``python -m dsv4warmup.registry.cpu_bake [--no-tilelang]`` in an interpreter
+that imports the tree, with the server's Triton and TileLang versions; prints
+one JSON line (builds and disk reads per backend, seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def registries(tilelang: bool) -> list[tuple[Any, contextlib.AbstractContextManager[Any]]]:
+    """``(registry, context its warmup runs in)`` per group, registrations made."""
+    from dsv4warmup.serving import FLASH
+
+    from . import engine, lifecycle, mhc, sparse_mla, spec_decode
+
+    # sparse-MLA first: its layers ask whether CuTeDSL exists (cached), which
+    # the other drivers' stand-ins would answer.
+    model = sparse_mla.build_model(FLASH, "v2")
+    out: list[tuple[Any, contextlib.AbstractContextManager[Any]]] = [
+        (sparse_mla.warm_registry(model.vllm_config, "v2"), contextlib.nullcontext()),
+        (
+            spec_decode.warm_registry(spec_decode.vllm_config(FLASH, "v2"), "v2"),
+            contextlib.nullcontext(),
+        ),
+    ]
+    if tilelang:
+        # The lab's deployment: no DeepGEMM (mhc.deployment_on_cuda(cfg, False)).
+        with mhc.deep_gemm_env(False):
+            with lifecycle.selected("v2"):
+                config = engine.vllm_config(FLASH)
+            registry = lifecycle.warm_registry(config, "v2", mhc.register)
+        stack = contextlib.ExitStack()
+        stack.enter_context(mhc.deep_gemm_env(False))
+        stack.enter_context(mhc._device())
+        out.append((registry, stack))
+    return out
+
+
+def bake(tilelang: bool) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    from compile_counters import builds
+
+    from . import lifecycle
+
+    groups = registries(tilelang)
+    began = time.perf_counter()
+    with lifecycle.cpu_triton_driver(), builds() as counts:
+        for registry, context in groups:
+            with context:
+                registry.warmup()
+    out: dict[str, Any] = {"seconds": round(time.perf_counter() - began, 2)}
+    for backend in ("triton", "tilelang"):
+        out[f"{backend}_built"] = sum(
+            n for (be, _, disk), n in counts.items() if be == backend and not disk
+        )
+        out[f"{backend}_read"] = sum(
+            n for (be, _, disk), n in counts.items() if be == backend and disk
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-tilelang", action="store_true", help="Triton groups only")
+    args = parser.parse_args(argv)
+    print(json.dumps(bake(not args.no_tilelang)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
