@@ -75,11 +75,34 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, Any] | str:
     return json.loads(lines[-1][len(RESULT) :])
 
 
+def _wait_for_a_held_lock(cache: Path, timeout: float = 300.0) -> None:
+    """Until some lock file under ``cache`` is held (a non-blocking flock fails)."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in cache.rglob("*.lock"):
+            with open(path) as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return
+                fcntl.flock(f, fcntl.LOCK_UN)
+        time.sleep(0.05)
+    raise TimeoutError("no build lock taken: does the tree lock its TileLang keys?")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--warmers", type=int, default=4)
     ap.add_argument("--kill-after", type=float, default=10.0, help="seconds; 0: kill none")
     ap.add_argument("--keys", type=int, default=2, choices=range(1, 6))
+    ap.add_argument(
+        "--kill-holder",
+        action="store_true",
+        help="start warmer 0 alone and the others once it holds a key's build lock "
+        "(a tree with per-key locks), so the killed warmer is the builder",
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     here = Path(__file__).resolve()
@@ -91,11 +114,15 @@ def main() -> None:
     cache = Path(tempfile.mkdtemp(prefix="tilelang-shared-"))
     print(f"# {args.warmers} warmers, {args.keys} keys each, one cache folder {cache}")
     start = time.perf_counter()
-    warmers = [_spawn(cache, args.keys) for _ in range(args.warmers)]
+    warmers = [_spawn(cache, args.keys)]
+    if args.kill_holder:
+        _wait_for_a_held_lock(cache)
+        print(f"warmer 0 holds a build lock {time.perf_counter() - start:.1f} s in")
+    warmers += [_spawn(cache, args.keys) for _ in range(args.warmers - 1)]
     if args.kill_after > 0:
         time.sleep(args.kill_after)
         warmers[0].send_signal(signal.SIGKILL)
-        print(f"warmer 0 killed (SIGKILL) {args.kill_after:.0f} s in")
+        print(f"warmer 0 killed (SIGKILL) {time.perf_counter() - start:.1f} s in")
     for i, proc in enumerate(warmers):
         result = _result(proc)
         print(f"warmer {i}: {result} (done {time.perf_counter() - start:.1f} s after the start)")
