@@ -13,7 +13,8 @@
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid), serving_start (a pre-warm, then serving starts set up by
 # vLLM's torch.compile code: scripts/dsv4warmup/gpu/serving_start.py), cpu_bake_serve (serving
-# starts on caches baked on a CPU-only machine, .lab/cpu-bake.tar.xz), tilelang_warmup (registry-era trees: the deployment's
+# starts on caches baked on a CPU-only machine, .lab/cpu-bake.tar.xz), shared_cache (warmers on one
+# TileLang cache folder: scripts/bench/bench_tilelang_shared_cache.py), tilelang_warmup (registry-era trees: the deployment's
 # TileLang keys cold and warm per tree, scripts/bench/bench_mhc_registry_warmup.py),
 # first_request (scripts/bench/bench_first_request.py, both trees; DEEP_GEMM=no-deep-gemm for the
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
@@ -58,7 +59,8 @@ tests/kernels/mhc/test_mhc_jit_warmup.py::-k warmup_keys_are_the_runtime_keys
 tests/jit_monitor/test_hooks_gpu.py::-k count_jit_compiles
 tests/v1/worker/test_gpu_model_runner_v2.py::-k registers_draft_model_jit_warmups
 tests/utils_/test_extensible_tensor.py::-k backed_rows
-tests/model_executor/test_jit_warmup_triton_launcher.py::-k triton_cache_the_registry_started_with"
+tests/model_executor/test_jit_warmup_triton_launcher.py::-k triton_cache_the_registry_started_with
+tests/kernels/mhc/test_mhc_jit_warmup.py::-k builds_a_key_once_per_cache_folder"
 phase_tree_tests() {
   for t in ${TREE_TEST_TREES:-pristine patched}; do
     ( lab $t; cd "$DSV4_VLLM_TREE" && echo "${TREE_TESTS:-$TREE_TESTS_034}" | while read -r entry; do
@@ -222,6 +224,19 @@ phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on thi
     PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
       python3 -m dsv4warmup.gpu.serving_start --tilelang --home /tmp/bakehome \
         --starts serve-inductor,serve-aot 2>&1 )
+}
+
+phase_shared_cache() {  # scripts/bench/bench_tilelang_shared_cache.py: SC_WARMERS warmers on one
+  # TileLang cache folder at once, per tree of SC_TREES (default "without patched", WITHOUT=0014:
+  # no per-key lock vs the lock), then on the patched tree with the lock holder killed mid-compile
+  for t in ${SC_TREES:-without patched}; do
+    ( lab $t; cd "$REPO" && echo "### shared TileLang cache on $t" &&
+      timeout ${PHASE_TIMEOUT:-600} python3 scripts/bench/bench_tilelang_shared_cache.py \
+        --warmers ${SC_WARMERS:-4} --keys ${SC_KEYS:-3} --kill-after 0 2>&1 )
+  done
+  ( lab patched; cd "$REPO" && echo "### shared TileLang cache on patched, lock holder killed" &&
+    timeout ${PHASE_TIMEOUT:-600} python3 scripts/bench/bench_tilelang_shared_cache.py \
+      --warmers ${SC_WARMERS:-4} --keys ${SC_KEYS:-3} --kill-holder --kill-after ${SC_KILL_AFTER:-4} 2>&1 )
 }
 
 phase_bench_node() {  # scripts/bench/bench_node_warmup.py: a node's TP ranks warming at once, alone vs shared (#18)
