@@ -65,6 +65,12 @@ def registries(tilelang: bool) -> list[tuple[Any, contextlib.AbstractContextMana
 
 
 def bake(tilelang: bool) -> dict[str, Any]:
+    import os
+
+    if sys.version_info < (3, 11, 8):
+        # Concurrent ast.parse fails on older 3.11 ("AST constructor recursion
+        # depth mismatch", CPython gh-106905): compile Triton keys serially.
+        os.environ.setdefault("VLLM_TRITON_JIT_WARMUP_NUM_THREADS", "1")
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     from compile_counters import builds
 
