@@ -135,9 +135,14 @@ def _stub_tilelang() -> dict[str, types.ModuleType]:
             return _StubJIT
         return _StubJIT(func)
 
+    # What 0.34.0's compile_many asks before locking a key: a stand-in builds
+    # nothing into a cache.
+    env = _StubModule("tilelang.env")
+    env.is_cache_enabled = lambda: False  # type: ignore[attr-defined]
     tilelang.jit = jit  # type: ignore[attr-defined]
     tilelang.language = language  # type: ignore[attr-defined]
-    return {"tilelang": tilelang, "tilelang.language": language}
+    tilelang.env = env  # type: ignore[attr-defined]
+    return {"tilelang": tilelang, "tilelang.language": language, "tilelang.env": env}
 
 
 def _is_factory(obj: Any) -> bool:
