@@ -36,9 +36,6 @@ _CLI33 = "vllm_overlay/v0.33.0/vllm/entrypoints/cli/warmup_kernels.py"
 _SHARING33 = "vllm_overlay/v0.33.0/vllm/model_executor/warmup/jit_warmup_sharing.py"
 _SHARING_TESTS = "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_compile_sharing_pass"
 _COMPILER33 = "vllm_overlay/v0.33.0/vllm/model_executor/warmup/jit_warmup_tilelang_compiler.py"
-_SYMBOLIC_TESTS = (
-    "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_symbolic_warmup_arguments_pass"
-)
 _COMPILER_TESTS = (
     "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compiler_processes_pass"
 )
@@ -334,36 +331,6 @@ def mutants() -> list[Mutant]:
             "                    return _load(prim_func, options)",
             "                    return tilelang.compile(prim_func, **options)",
             (_COMPILER_TESTS,),
-        ),
-        # 0.33.0 0012: a template whose specialization differs from
-        # elaborating the group's first key is used anyway.
-        Mutant(
-            "v033-symbolic-template-not-checked",
-            _patch(_P33, "0012"),
-            "+        ) == static.script(show_meta=True):",
-            "+        ) is not None:",
-            (_SYMBOLIC_TESTS,),
-        ),
-        # 0.33.0 0012: a kernel's symbolic arguments stay set after its keys,
-        # for the next kernel in the pool.
-        Mutant(
-            "v033-symbolic-args-not-reset",
-            _patch(_P33, "0012"),
-            "+            _symbolic_args.reset(token)",
-            "+            pass",
-            (_SYMBOLIC_TESTS,),
-        ),
-        # 0.33.0 0012: the mHC pre epilogues do not declare n_splits (every
-        # key elaborated, as before the patch).
-        Mutant(
-            "v033-mhc-split-count-not-symbolic",
-            _patch(_P33, "0012"),
-            '+    symbolic_warmup_args = ("n_splits",)',
-            "+    symbolic_warmup_args = ()",
-            (
-                "tests/cpu/test_v033_mhc.py::"
-                "test_tree_symbolic_split_count_tests_pass_with_tilelang",
-            ),
         ),
         # 0.26.0 0010: the C128A block table counted in KV-manager blocks again.
         Mutant(

@@ -9,7 +9,7 @@
 # scripts/bench/bench_tilelang_compile.py), gpu (our forked GPU
 # tests), sanitizer (c128a memcheck), guard_variants (where the c128a guard's cost goes), eagle_step
 # (0.33.0 patch 0004's cost), bench (warmup costs), bench_warmup (0.33.0: scripts/bench/bench_warmup.py), bench_node (0.33.0:
-# scripts/bench/bench_node_warmup.py), symbolic_warmup (0.33.0: scripts/bench/bench_symbolic_warmup.py),
+# scripts/bench/bench_node_warmup.py),
 # compiler_start (0.33.0: a TileLang compiler process's start, alone and 16 at once),
 # mhc (mHC warmup vs upstream grid), serving_start (a pre-warm, then serving starts set up by
 # vLLM's torch.compile code: scripts/dsv4warmup/gpu/serving_start.py), cpu_bake_serve (serving
@@ -173,13 +173,6 @@ phase_bench_warmup() {  # scripts/bench/bench_warmup.py: per-family warmup cost,
 phase_tilelang_compile() {  # the host's CPUs, then one mHC TileLang key's compile alone (#18)
   ( lab patched; cd "$REPO" && lscpu && echo "### one TileLang compile" &&
     timeout ${PHASE_TIMEOUT:-120} python3 scripts/bench/bench_tilelang_compile.py 2>&1 )
-}
-
-phase_symbolic_warmup() {  # scripts/bench/bench_symbolic_warmup.py: 0.33.0 patch 0012's warm-start
-  # elaboration of the mHC pre epilogues, with vs without (#18); its own cache folder
-  ( lab patched; cd "$REPO" && echo "### bench_symbolic_warmup" &&
-    TILELANG_CACHE_DIR=/tmp/lab-symbolic-cache timeout ${PHASE_TIMEOUT:-400} \
-      python3 scripts/bench/bench_symbolic_warmup.py --threads 16 2>&1 )
 }
 
 phase_compiler_start() {  # what a TileLang compiler process's start costs (0.33.0 patch 0011's

@@ -206,24 +206,6 @@ def test_tree_mhc_warmup_tests_pass_patched_and_fail_pristine() -> None:
     }, bad.stdout[-3000:]
 
 
-def test_tree_symbolic_split_count_tests_pass_with_tilelang() -> None:
-    """The patched tree's tests/kernels/mhc/test_mhc_symbolic_warmup.py with
-    the TileLang the tree pins (elaboration needs no GPU): for every epilogue
-    of MhcPreBigFuseTileLangKernel, the template specialized to a split count
-    is the PrimFunc elaborating that split count gives. They must run, not
-    skip."""
-    from dsv4warmup import tilelang_site
-
-    tree = _patched_tree()
-    if tree is None:
-        pytest.skip("no patched 0.33.0 tree (patches/v0.33.0 not generated yet)")
-    test_file = tree / "tests" / "kernels" / "mhc" / "test_mhc_symbolic_warmup.py"
-    site = tilelang_site.tilelang_site(tree)
-    res = v033_tree_pytest(tree, test_file, python_path=(site,))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "6 passed" in res.stdout and "skipped" not in res.stdout, res.stdout[-2000:]
-
-
 def test_static_key_is_tilelang_0_1_12_phase1_key() -> None:
     """Every non-tensor parameter by name, defaults applied (0.1.12's binder
     fills defaults, unlike 0.1.9's), tensors and warmup tensors left out."""

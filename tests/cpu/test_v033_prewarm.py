@@ -289,18 +289,6 @@ def test_tree_tests_of_the_tilelang_compile_pool_pass() -> None:
     )
 
 
-def test_tree_tests_of_symbolic_warmup_arguments_pass() -> None:
-    """Patch 0012's own tests (no TileLang, no GPU): a kernel with symbolic
-    warmup arguments is elaborated once per value of its other arguments and
-    specialized to each key, unless specializing differs from elaborating the
-    group's first key or the symbolic elaboration fails; other kernels,
-    compiles outside a kernel's own, and the serial path elaborate each key."""
-    _tree_tests_pass(
-        "tests/model_executor/test_jit_warmup_tilelang_symbolic.py",
-        "tests/model_executor/test_jit_warmup_tilelang_parallel.py",
-    )
-
-
 def test_tree_tests_of_the_tilelang_compiler_processes_pass() -> None:
     """Patch 0011's own tests (real processes, a stand-in TileLang package):
     a key is built in the pool thread's compiler process, which imports no
