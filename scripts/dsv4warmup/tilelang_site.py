@@ -6,7 +6,7 @@ keys with TileLang's own can run in CI. The package is not one of this repo's
 requirements (it is vLLM's CUDA dependency, ~200 MB unpacked): it is installed
 once, without dependencies, under ``.cache/tools/`` at the version the tree's
 ``requirements/cuda.txt`` pins, with the import dependencies the venv lacks
-(``ml-dtypes``; for 0.1.12 also ``z3-solver``, ``cloudpickle``,
+(``ml-dtypes``; for 0.1.12 and 0.1.15 also ``z3-solver``, ``cloudpickle``,
 ``torch-c-dlpack-ext`` and the ``apache-tvm-ffi`` it needs, newer than the
 venv's), and put first on ``PYTHONPATH`` of a subprocess.
 """
@@ -27,6 +27,12 @@ _EXTRA = ("ml-dtypes>=0.5.1",)
 # ... and those of later versions (their METADATA's Requires-Dist).
 _EXTRA_BY_VERSION = {
     "0.1.12": (
+        "apache-tvm-ffi==0.1.11",
+        "z3-solver>=4.13.0,<4.15.5",
+        "cloudpickle",
+        "torch-c-dlpack-ext",
+    ),
+    "0.1.15": (
         "apache-tvm-ffi==0.1.11",
         "z3-solver>=4.13.0,<4.15.5",
         "cloudpickle",

@@ -1,0 +1,94 @@
+"""The vLLM-tree tests of 0.34.0 patches 0013 and 0014 on this CPU-only machine:
+on pristine code (with the series' test file copied in) each fails, on the
+patched tree it passes.
+
+- 0013, ``test_jit_warmup_triton_launcher.py -k triton_cache_the_registry_started_with``,
+  through ``dsv4warmup.registry.triton_cpu_pytest_plugin``: the platform answers
+  as an H100 and Triton (the pinned 3.8.0) compiles for sm_90 with its own
+  ptxas, so the warmed kernel's cache folder is real.
+- 0014, ``test_mhc_jit_warmup.py -k builds_a_key_once_per_cache_folder``, through
+  ``dsv4warmup.registry.mhc_pytest_plugin`` (which also sets up the two warmer
+  processes the test starts) with the TileLang the tree pins, compiling for
+  sm_90a with nvcc: two processes warming one key into one folder build it once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TRITON_TEST = "tests/model_executor/test_jit_warmup_triton_launcher.py"
+MHC_TEST = "tests/kernels/mhc/test_mhc_jit_warmup.py"
+
+
+def _trees(tmp_path: Path, test_file: str) -> dict[str, Path]:
+    """The patched tree, and a pristine copy holding the patched test file."""
+    from dsv4warmup import trees
+
+    patched = trees.patched_tree("0.34.0")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(trees.pristine_tree("0.34.0"), pristine, symlinks=True)
+    shutil.copy2(patched / test_file, pristine / test_file)
+    return {"pristine": pristine, "patched": patched}
+
+
+def _pytest(tree: Path, test_file: str, select: str, plugin: str, *first: Path, **env: str) -> str:
+    from dsv4warmup import toolchains
+    from dsv4warmup.paths import REPO
+
+    path = [*first, *toolchains.extra_python_path("0.34.0"), tree, REPO / "scripts"]
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest"]
+        + ["-p", plugin, test_file, "-k", select],
+        capture_output=True,
+        text=True,
+        cwd=tree,
+        env=dict(os.environ, **env, PYTHONPATH=os.pathsep.join(str(p) for p in path)),
+        timeout=900,
+    )
+    return res.stdout + res.stderr
+
+
+def test_0013_triton_cache_test_fails_on_pristine_passes_patched(tmp_path: Path) -> None:
+    out = {
+        name: _pytest(
+            tree,
+            TRITON_TEST,
+            "triton_cache_the_registry_started_with",
+            "dsv4warmup.registry.triton_cpu_pytest_plugin",
+            DSV4_GPU="h100",
+        )
+        for name, tree in _trees(tmp_path, TRITON_TEST).items()
+    }
+    assert "1 failed" in out["pristine"], out["pristine"][-3000:]
+    assert "_warmup_cache_kernel.json" in out["pristine"], out["pristine"][-3000:]
+    assert "1 passed" in out["patched"] and "failed" not in out["patched"], out["patched"][-3000:]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="TileLang compiles need nvcc")
+def test_0014_one_build_per_folder_fails_on_pristine_passes_patched(tmp_path: Path) -> None:
+    from dsv4warmup import tilelang_site, trees
+
+    site = tilelang_site.tilelang_site(trees.patched_tree("0.34.0"))
+    out = {
+        name: _pytest(
+            tree,
+            MHC_TEST,
+            "builds_a_key_once_per_cache_folder",
+            "dsv4warmup.registry.mhc_pytest_plugin",
+            site,
+            DSV4_GPU="h100",
+            TILELANG_DEFAULT_TARGET='{"kind": "cuda", "arch": "sm_90a"}',
+        )
+        for name, tree in _trees(tmp_path, MHC_TEST).items()
+    }
+    # Before: both warmers build the key.
+    assert "[(1, 0), (1, 0)] == [(0, 1), (1, 0)]" in out["pristine"], out["pristine"][-3000:]
+    assert "1 passed" in out["patched"] and "failed" not in out["patched"], out["patched"][-3000:]
