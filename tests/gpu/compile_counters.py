@@ -100,6 +100,15 @@ def builds() -> Iterator[Counter[tuple[str, str, bool]]]:
         knobs.compilation.listener = previous
 
 
+def totals(counts: Counter[tuple[str, str, bool]]) -> dict[str, int]:
+    """:func:`builds`' counts summed per backend: ``{"triton_built": n,
+    "triton_read": n, "tilelang_built": n, "tilelang_read": n}``."""
+    out = {f"{be}_{what}": 0 for be in ("triton", "tilelang") for what in ("built", "read")}
+    for (backend, _, from_disk), n in counts.items():
+        out[f"{backend}_{'read' if from_disk else 'built'}"] += n
+    return out
+
+
 def built(counts: Counter[tuple[str, str, bool]]) -> dict[str, int]:
     """The kernels :func:`builds` saw compiled (not read from disk)."""
     out: dict[str, int] = {}

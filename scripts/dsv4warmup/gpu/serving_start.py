@@ -101,7 +101,7 @@ def _compile_set_up(start: str) -> None:
 def child(start: str, tilelang: bool) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
-    from compile_counters import builds
+    from compile_counters import builds, totals
 
     with _registries(tilelang) as registries:
         _compile_set_up(start)
@@ -112,13 +112,7 @@ def child(start: str, tilelang: bool) -> dict[str, Any]:
                 registry.warmup()
         seconds = time.perf_counter() - began
     out: dict[str, Any] = {"start": start, "seconds": round(seconds, 2)}
-    for backend in ("triton", "tilelang"):
-        out[f"{backend}_built"] = sum(
-            n for (be, _, disk), n in counts.items() if be == backend and not disk
-        )
-        out[f"{backend}_read"] = sum(
-            n for (be, _, disk), n in counts.items() if be == backend and disk
-        )
+    out.update(totals(counts))
     out["TRITON_CACHE_DIR"] = triton_dir
     out["after_warmup_TRITON_CACHE_DIR"] = os.environ.get("TRITON_CACHE_DIR")
     return out

@@ -72,7 +72,7 @@ def bake(tilelang: bool) -> dict[str, Any]:
         # depth mismatch", CPython gh-106905): compile Triton keys serially.
         os.environ.setdefault("VLLM_TRITON_JIT_WARMUP_NUM_THREADS", "1")
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
-    from compile_counters import builds
+    from compile_counters import builds, totals
 
     from . import lifecycle
 
@@ -83,13 +83,7 @@ def bake(tilelang: bool) -> dict[str, Any]:
             with context:
                 registry.warmup()
     out: dict[str, Any] = {"seconds": round(time.perf_counter() - began, 2)}
-    for backend in ("triton", "tilelang"):
-        out[f"{backend}_built"] = sum(
-            n for (be, _, disk), n in counts.items() if be == backend and not disk
-        )
-        out[f"{backend}_read"] = sum(
-            n for (be, _, disk), n in counts.items() if be == backend and disk
-        )
+    out.update(totals(counts))
     return out
 
 
