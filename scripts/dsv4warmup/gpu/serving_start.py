@@ -98,16 +98,20 @@ def _compile_set_up(start: str) -> None:
         torch.cuda.synchronize()
 
 
-def child(start: str, tilelang: bool) -> dict[str, Any]:
+def child(start: str, tilelang: bool, key_log: Path | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
     from compile_counters import builds, totals
+    from dsv4warmup.registry import cache_keys
 
     with _registries(tilelang) as registries:
         _compile_set_up(start)
         triton_dir = os.environ.get("TRITON_CACHE_DIR")
         began = time.perf_counter()
-        with builds() as counts:
+        with ExitStack() as stack:
+            counts = stack.enter_context(builds())
+            if key_log is not None:
+                stack.enter_context(cache_keys.record(key_log / f"{start}.jsonl"))
             for registry in registries:
                 registry.warmup()
         seconds = time.perf_counter() - began
@@ -119,17 +123,25 @@ def child(start: str, tilelang: bool) -> dict[str, Any]:
 
 
 def run_starts(
-    home: Path, tilelang: bool, starts: tuple[str, ...] = STARTS
+    home: Path,
+    tilelang: bool,
+    starts: tuple[str, ...] = STARTS,
+    key_log: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Each of ``starts`` in its own process, in order, on ``home``."""
+    """Each of ``starts`` in its own process, in order, on ``home``; with
+    ``key_log``, each logs its cache keys to ``key_log/<start>.jsonl``."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
     env["HOME"] = str(home)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "scripts"), env.get("PYTHONPATH", "")])
     results = []
     for start in starts:
         argv = [sys.executable, "-m", "dsv4warmup.gpu.serving_start", "--child", start]
+        if tilelang:
+            argv.append("--tilelang")
+        if key_log is not None:
+            argv += ["--key-log", str(key_log)]
         res = subprocess.run(
-            argv + (["--tilelang"] if tilelang else []),
+            argv,
             capture_output=True,
             text=True,
             env=env,
@@ -155,17 +167,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--starts", default=",".join(STARTS), help=f"comma-separated, of {', '.join(STARTS)}"
     )
+    parser.add_argument(
+        "--key-log",
+        type=Path,
+        help="a folder: each start logs the parts of its cache keys there "
+        "(dsv4warmup.registry.cache_keys)",
+    )
     parser.add_argument("--child", choices=STARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(RESULT + json.dumps(child(args.child, args.tilelang)), flush=True)
+        print(RESULT + json.dumps(child(args.child, args.tilelang, args.key_log)), flush=True)
         return 0
     starts = tuple(args.starts.split(","))
     if not set(starts) <= set(STARTS):
         parser.error(f"--starts: not among {STARTS}: {args.starts}")
     with tempfile.TemporaryDirectory(prefix="serving-start-") as tmp:
         home = args.home.resolve() if args.home else Path(tmp) / "home"
-        results = run_starts(home, args.tilelang, starts)
+        key_log = args.key_log.resolve() if args.key_log else None
+        results = run_starts(home, args.tilelang, starts, key_log)
         for r in results:
             for key in ("TRITON_CACHE_DIR", "after_warmup_TRITON_CACHE_DIR"):
                 if r[key]:

@@ -64,7 +64,7 @@ def registries(tilelang: bool) -> list[tuple[Any, contextlib.AbstractContextMana
     return out
 
 
-def bake(tilelang: bool) -> dict[str, Any]:
+def bake(tilelang: bool, key_log: Path | None = None) -> dict[str, Any]:
     import os
 
     if sys.version_info < (3, 11, 8):
@@ -74,11 +74,15 @@ def bake(tilelang: bool) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     from compile_counters import builds, totals
 
-    from . import lifecycle
+    from . import cache_keys, lifecycle
 
     groups = registries(tilelang)
     began = time.perf_counter()
-    with lifecycle.cpu_triton_driver(), builds() as counts:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(lifecycle.cpu_triton_driver())
+        counts = stack.enter_context(builds())
+        if key_log is not None:
+            stack.enter_context(cache_keys.record(key_log))
         for registry, context in groups:
             with context:
                 registry.warmup()
@@ -90,8 +94,13 @@ def bake(tilelang: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-tilelang", action="store_true", help="Triton groups only")
+    parser.add_argument(
+        "--key-log",
+        type=Path,
+        help="a JSON-lines file: the parts of every cache key (dsv4warmup.registry.cache_keys)",
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(bake(not args.no_tilelang)))
+    print(json.dumps(bake(not args.no_tilelang, args.key_log)))
     return 0
 
 
