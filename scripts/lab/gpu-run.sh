@@ -264,19 +264,29 @@ make_patched() {  # 0.33.0 trees are large: the patched one is made here from pr
     PYTHONPATH=scripts python3 -m dsv4warmup apply --tree $d &&
     tar czf .lab/trees/patched.tgz -C $d .
 }
-make_without() {  # WITHOUT=NNNN: the patched tree less that patch of the series, as .lab/trees/without.tgz
+overlay_of() {  # overlay_of BASE PATCH: the vLLM-tree files the series adds with PATCH
+  awk -v p="$(basename "$2")" '$1 ~ /^[0-9]/ {on = ($1 == p)} on && $1 == "+" {print $2}' "patches/v$1/series"
+}
+make_without() {  # WITHOUT=NNNN: the patched tree less that patch of the series, as .lab/trees/without.tgz;
+  # a later patch that needs it goes too (later hunks are reversed, then re-applied where they apply)
   [ -n "${WITHOUT:-}" ] || return 0
-  local d=/tmp/lab-build-without base p
+  local d=/tmp/lab-build-without base p q later
   base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
   p=$(ls patches/v$base/$WITHOUT-*.patch) || return 1
-  # its hunks reversed, the overlay files the series attributes to it removed
-  rm -rf $d && mkdir -p $d && tar xzf .lab/trees/patched.tgz -C $d &&
-    patch -R -p1 -s -d $d < "$p" &&
-    awk -v p="$(basename "$p")" '$1 ~ /^[0-9]/ {on = ($1 == p)} on && $1 == "+" {print $2}' \
-      "patches/v$base/series" | (cd $d && xargs -r rm -v) &&
-    tar czf .lab/trees/without.tgz -C $d .
+  later=$(ls patches/v$base/[0-9]*.patch | awk -v p="$p" '$0 > p')
+  rm -rf $d && mkdir -p $d && tar xzf .lab/trees/patched.tgz -C $d || return 1
+  for q in $(echo "$later" | sort -r) "$p"; do patch -R -p1 -s -d $d < "$q" || return 1; done
+  overlay_of "$base" "$p" | (cd $d && xargs -r rm -v)
+  for q in $later; do
+    if patch -p1 -s --dry-run -d $d < "$q" >/dev/null 2>&1; then
+      patch -p1 -s -d $d < "$q"
+    else
+      echo "without $WITHOUT: also without $(basename "$q") (it needs $WITHOUT)"
+      overlay_of "$base" "$q" | (cd $d && xargs -r rm -v)
+    fi
+  done
+  tar czf .lab/trees/without.tgz -C $d .
 }
-
 make_patched
 make_without
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once
