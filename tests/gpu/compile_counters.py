@@ -129,3 +129,28 @@ def launch_fresh_triton_key() -> None:
     x = torch.randn(3, 1000, dtype=torch.bfloat16, device="cuda")
     weight = torch.ones(1000, dtype=torch.bfloat16, device="cuda")
     _MTP_SHARED_HEAD_RMSNORM_KERNEL(x, weight, 1e-6)
+
+
+@contextlib.contextmanager
+def launcher_builds() -> Iterator[list[tuple[str, float]]]:
+    """Host modules Triton builds with the C compiler, as ``(name, seconds)``:
+    a kernel's launcher (``__triton_launcher``), built at its first launch
+    when the Triton cache current then lacks it, and the driver's utilities
+    (``cuda_utils``). ``compile_module_from_src`` calls ``_build`` only on a
+    disk-cache miss."""
+    import time
+
+    from triton.runtime import build
+
+    built: list[tuple[str, float]] = []
+    real_build = build._build
+
+    def timed_build(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        began = time.perf_counter()
+        try:
+            return real_build(name, *args, **kwargs)
+        finally:
+            built.append((name, time.perf_counter() - began))
+
+    with mock.patch.object(build, "_build", timed_build):
+        yield built

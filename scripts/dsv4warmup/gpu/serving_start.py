@@ -98,13 +98,17 @@ def _compile_set_up(start: str) -> None:
         torch.cuda.synchronize()
 
 
-def child(start: str, tilelang: bool, key_log: Path | None = None) -> dict[str, Any]:
+def child(
+    start: str, tilelang: bool, key_log: Path | None = None, sweep: bool = False
+) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
-    from compile_counters import builds, totals
-    from dsv4warmup.registry import cache_keys
+    import torch
+    from compile_counters import builds, launcher_builds, totals
+    from dsv4warmup.registry import cache_keys, sparse_mla
 
-    with _registries(tilelang) as registries:
+    out: dict[str, Any] = {"start": start}
+    with _registries(tilelang) as (registries, model):
         _compile_set_up(start)
         triton_dir = os.environ.get("TRITON_CACHE_DIR")
         began = time.perf_counter()
@@ -114,9 +118,20 @@ def child(start: str, tilelang: bool, key_log: Path | None = None) -> dict[str, 
                 stack.enter_context(cache_keys.record(key_log / f"{start}.jsonl"))
             for registry in registries:
                 registry.warmup()
-        seconds = time.perf_counter() - began
-    out: dict[str, Any] = {"start": start, "seconds": round(seconds, 2)}
-    out.update(totals(counts))
+        out["seconds"] = round(time.perf_counter() - began, 2)
+        out.update(totals(counts))
+        if sweep:
+            # The first launches after the warmup, as the first requests make
+            # them (the sparse-MLA metadata kernels): Triton builds each
+            # kernel's C launcher then, into the cache folder current then.
+            began = time.perf_counter()
+            with builds() as late, launcher_builds() as host_builds:
+                sparse_mla.run_batches(model, sparse_mla.sweep(model, quick=True))
+                torch.cuda.synchronize()
+            out["sweep_seconds"] = round(time.perf_counter() - began, 2)
+            out["sweep_triton_built"] = totals(late)["triton_built"]
+            out["sweep_host_modules_built"] = len(host_builds)
+            out["sweep_host_build_seconds"] = round(sum(t for _, t in host_builds), 2)
     out["TRITON_CACHE_DIR"] = triton_dir
     out["after_warmup_TRITON_CACHE_DIR"] = os.environ.get("TRITON_CACHE_DIR")
     return out
@@ -127,6 +142,7 @@ def run_starts(
     tilelang: bool,
     starts: tuple[str, ...] = STARTS,
     key_log: Path | None = None,
+    sweep: bool = False,
 ) -> list[dict[str, Any]]:
     """Each of ``starts`` in its own process, in order, on ``home``; with
     ``key_log``, each logs its cache keys to ``key_log/<start>.jsonl``."""
@@ -140,6 +156,8 @@ def run_starts(
             argv.append("--tilelang")
         if key_log is not None:
             argv += ["--key-log", str(key_log)]
+        if sweep:
+            argv.append("--sweep")
         res = subprocess.run(
             argv,
             capture_output=True,
@@ -173,10 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         help="a folder: each start logs the parts of its cache keys there "
         "(dsv4warmup.registry.cache_keys)",
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="after the warmup, run the sparse-MLA sweep (quick) and count the "
+        "host modules (kernel launchers) Triton builds with the C compiler",
+    )
     parser.add_argument("--child", choices=STARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(RESULT + json.dumps(child(args.child, args.tilelang, args.key_log)), flush=True)
+        print(
+            RESULT + json.dumps(child(args.child, args.tilelang, args.key_log, args.sweep)),
+            flush=True,
+        )
         return 0
     starts = tuple(args.starts.split(","))
     if not set(starts) <= set(STARTS):
@@ -184,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="serving-start-") as tmp:
         home = args.home.resolve() if args.home else Path(tmp) / "home"
         key_log = args.key_log.resolve() if args.key_log else None
-        results = run_starts(home, args.tilelang, starts, key_log)
+        results = run_starts(home, args.tilelang, starts, key_log, args.sweep)
         for r in results:
             for key in ("TRITON_CACHE_DIR", "after_warmup_TRITON_CACHE_DIR"):
                 if r[key]:
@@ -199,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"read {r['tilelang_read']:3}  TRITON_CACHE_DIR during warmup: "
                 f"{r['TRITON_CACHE_DIR']}"
             )
+            if "sweep_seconds" in r:
+                print(
+                    f"{'':15} first launches: {r['sweep_seconds']:.2f}s, Triton built "
+                    f"{r['sweep_triton_built']}, host modules (launchers) built "
+                    f"{r['sweep_host_modules_built']} in {r['sweep_host_build_seconds']:.2f}s"
+                )
     return 0
 
 
