@@ -58,8 +58,9 @@ COMPILE_HASH = "0123456789"
 
 
 @contextmanager
-def _registries(tilelang: bool) -> Iterator[list[Any]]:
-    """The deployment's registries, registrations made (the runner's load_model)."""
+def _registries(tilelang: bool) -> Iterator[tuple[list[Any], Any]]:
+    """The deployment's registries, registrations made (the runner's
+    load_model), and the sparse-MLA model they were made for."""
     import torch
     from dsv4warmup.registry import mhc, sparse_mla, spec_decode
     from dsv4warmup.serving import FLASH
@@ -74,7 +75,7 @@ def _registries(tilelang: bool) -> Iterator[list[Any]]:
         if tilelang:
             _, _, registry = stack.enter_context(mhc.deployment_on_cuda(cfg, deep_gemm=False))
             registries.append(registry)
-        yield registries
+        yield registries, model
 
 
 def _compile_set_up(start: str) -> None:
