@@ -98,6 +98,15 @@ def install(gpu: Gpu = H200) -> Any:
             return True
 
         @classmethod
+        def is_arch_support_pdl(cls) -> bool:
+            # CudaPlatform asks torch.cuda for the current device's capability,
+            # which a machine without a GPU cannot answer: kernels that read it
+            # at import (the mHC TileLang kernels' PDL sync and trigger) would
+            # elaborate without PDL and miss the server's cache keys.
+            assert _installed is not None
+            return _installed.capability[0] >= 9
+
+        @classmethod
         def device_count(cls) -> int:
             # An 8-GPU node unless told otherwise (a one-GPU image build host).
             return int(os.environ.get("DSV4_CPU_HOSTED_GPU_COUNT", "8"))
