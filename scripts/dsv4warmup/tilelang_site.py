@@ -53,7 +53,12 @@ def pinned_version(tree: Path) -> str:
 def tilelang_site(tree: Path) -> Path:
     """A folder to put on ``PYTHONPATH`` that holds the tilelang ``tree`` pins
     (installed on first use)."""
-    version = pinned_version(tree)
+    return site_for_version(pinned_version(tree))
+
+
+def site_for_version(version: str) -> Path:
+    """A folder to put on ``PYTHONPATH`` that holds tilelang ``version``
+    (installed on first use)."""
     root = CACHE / "tools"
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"tilelang-{version}"

@@ -43,3 +43,39 @@ def test_cpu_bake_builds_sm90_binaries_a_second_bake_reads(
     for cubin in cubins:
         meta = json.loads(cubin.with_suffix(".json").read_text())
         assert meta["target"]["backend"] == "cuda" and meta["target"]["arch"] == 90, meta
+
+
+GPU_KEY_LOG = (
+    Path(__file__).resolve().parents[2]
+    / "docs/gpu-data/2026-12-07-v034-cpu-bake-keys-tilelang-side-by-side/keys/serve-inductor.jsonl"
+)
+
+
+def test_cpu_bake_derives_the_tilelang_keys_the_h100_server_computed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every TileLang cache key a serving start on the H100 computed (its key
+    log, 2026-12-07: TileLang 0.1.12, the patched tree) is one the CPU bake
+    derives for the same deployment, part for part: the kernels elaborate to
+    the same scripts (with PDL: the platform stand-in answers for an sm_90
+    GPU), for the same target, pass configs and version. Keys only: nothing
+    is built, so no nvcc is needed."""
+    from dsv4warmup import tilelang_site, trees
+    from dsv4warmup.registry import cache_keys
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TILELANG_DEFAULT_TARGET", '{"kind": "cuda", "arch": "sm_90a"}')
+    log = tmp_path / "keys" / "cpu.jsonl"
+    trees.json_from_tree(
+        trees.patched_tree("0.34.0"),
+        "-m",
+        "dsv4warmup.registry.cpu_bake",
+        "--key-log",
+        str(log),
+        "--keys-only",
+        toolchain=[tilelang_site.site_for_version("0.1.12")],
+    )
+
+    tilelang = cache_keys.compare(cache_keys.load(log), cache_keys.load(GPU_KEY_LOG))["tilelang"]
+    assert (tilelang["keys_a"], tilelang["keys_b"]) == (24, 24), tilelang
+    assert tilelang["b_not_in_a"] == 0, tilelang

@@ -1,4 +1,4 @@
-"""The vLLM-tree tests of 0.34.0 patches 0013, 0014 and 0015 on this CPU-only machine:
+"""The vLLM-tree tests of 0.34.0 patches 0013, 0014 and the proposed 0015 on this CPU-only machine:
 on pristine code (with the series' test file copied in) each fails, on the
 patched tree it passes.
 
@@ -10,9 +10,10 @@ patched tree it passes.
   ``dsv4warmup.registry.mhc_pytest_plugin`` (which also sets up the two warmer
   processes the test starts) with the TileLang the tree pins, compiling for
   sm_90a with nvcc: two processes warming one key into one folder build it once.
-- 0015, ``test_jit_warmup.py`` and ``test_mhc_jit_warmup.py -k side_by_side``, on
-  the series less 0015 (with 0015's test files) and on the series: kernels that
-  wait for each other compile only side by side.
+- the proposed 0015 (``patches/proposed/v0.34.0/``), ``test_jit_warmup.py`` and
+  ``test_mhc_jit_warmup.py -k side_by_side``, on the series (with 0015's test
+  files) and on the series plus 0015: kernels that wait for each other compile
+  only side by side.
 """
 
 from __future__ import annotations
@@ -97,30 +98,34 @@ def test_0014_one_build_per_folder_fails_on_pristine_passes_patched(tmp_path: Pa
     assert "1 passed" in out["patched"] and "failed" not in out["patched"], out["patched"][-3000:]
 
 
-def _without_0015(tmp_path: Path) -> Path:
-    """The patched tree less patch 0015 (its hunks reversed), tests included."""
+def _with_proposed_0015(tmp_path: Path) -> Path:
+    """The patched tree plus the proposed patch 0015 (not in the series until
+    its start-up gain is measured on a GPU host)."""
     from dsv4warmup import trees
     from dsv4warmup.paths import REPO
 
-    tree = tmp_path / "without-0015"
+    tree = tmp_path / "with-0015"
     shutil.copytree(trees.patched_tree("0.34.0"), tree, symlinks=True)
-    (patch,) = (REPO / "patches" / "v0.34.0").glob("0015-*.patch")
-    subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(tree), "-i", str(patch)], check=True)
+    (patch,) = (REPO / "patches" / "proposed" / "v0.34.0").glob("0015-*.patch")
+    subprocess.run(["patch", "-p1", "-s", "-d", str(tree), "-i", str(patch)], check=True)
     return tree
 
 
-def test_0015_side_by_side_tests_fail_without_it_pass_with_it(tmp_path: Path) -> None:
-    """0015's tests, with its test files, on the series less 0015 and on the
-    series: its kernels wait for each other, so compiling one after the other
-    fails (the first waits in vain) and side by side passes. No compile runs
-    (the batches are stubbed), so no nvcc is needed."""
+def test_proposed_0015_side_by_side_tests_fail_on_the_series_pass_with_it(
+    tmp_path: Path,
+) -> None:
+    """The proposed 0015's tests, with its test files, on the series and on
+    the series plus 0015: its kernels wait for each other, so compiling one
+    after the other fails (the first waits in vain) and side by side passes.
+    No compile runs (the batches are stubbed), so no nvcc is needed."""
     from dsv4warmup import tilelang_site, trees
 
-    patched = trees.patched_tree("0.34.0")
-    without = _without_0015(tmp_path)
+    series = tmp_path / "series"
+    shutil.copytree(trees.patched_tree("0.34.0"), series, symlinks=True)
+    proposed = _with_proposed_0015(tmp_path)
     for test_file in (MHC_TEST, "tests/model_executor/test_jit_warmup.py"):
-        shutil.copy2(patched / test_file, without / test_file)
-    site = tilelang_site.tilelang_site(patched)
+        shutil.copy2(proposed / test_file, series / test_file)
+    site = tilelang_site.tilelang_site(proposed)
     select = "side_by_side"
     out = {
         name: _pytest(
@@ -139,9 +144,9 @@ def test_0015_side_by_side_tests_fail_without_it_pass_with_it(tmp_path: Path) ->
             site,
             DSV4_GPU="h100",
         )
-        for name, tree in {"without": without, "patched": patched}.items()
+        for name, tree in {"series": series, "proposed": proposed}.items()
     }
-    assert out["without"].count("1 failed") == 2, out["without"][-3000:]
-    assert "BrokenBarrierError" in out["without"], out["without"][-3000:]
-    assert out["patched"].count("1 passed") == 2, out["patched"][-3000:]
-    assert "failed" not in out["patched"], out["patched"][-3000:]
+    assert out["series"].count("1 failed") == 2, out["series"][-3000:]
+    assert "BrokenBarrierError" in out["series"], out["series"][-3000:]
+    assert out["proposed"].count("1 passed") == 2, out["proposed"][-3000:]
+    assert "failed" not in out["proposed"], out["proposed"][-3000:]

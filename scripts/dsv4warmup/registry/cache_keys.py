@@ -27,10 +27,12 @@ from unittest import mock
 
 
 @contextlib.contextmanager
-def record(path: Path) -> Iterator[None]:
+def record(path: Path, build: bool = True) -> Iterator[None]:
     """While active, append one JSON line per Triton and TileLang cache key
     computed in this process to ``path``; TileLang kernel scripts go to
-    ``path``'s folder as ``tilelang-<sha256>.py``."""
+    ``path``'s folder as ``tilelang-<sha256>.py``. ``build=False``: TileLang
+    builds nothing (every key answers as a disk-cache hit with a stand-in
+    kernel), for comparing keys only."""
     from triton.compiler import compiler as triton_compiler
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +65,14 @@ def record(path: Path) -> Iterator[None]:
         stack.enter_context(mock.patch.object(triton_compiler, "get_cache_key", triton_key_of))
         with contextlib.suppress(ImportError):
             stack.enter_context(_record_tilelang(log, path.parent))
+            if not build:
+                from tilelang.cache.kernel_cache import KernelCache
+
+                stack.enter_context(
+                    mock.patch.object(
+                        KernelCache, "_load_kernel_from_disk", lambda *a, **k: object()
+                    )
+                )
         yield
 
 

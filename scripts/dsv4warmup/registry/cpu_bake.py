@@ -35,8 +35,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[3]
 
 
-def registries(tilelang: bool) -> list[tuple[Any, contextlib.AbstractContextManager[Any]]]:
-    """``(registry, context its warmup runs in)`` per group, registrations made."""
+def registries(
+    tilelang: bool, triton: bool = True
+) -> list[tuple[Any, contextlib.AbstractContextManager[Any]]]:
+    """``(registry, context its warmup runs in)`` per group, registrations
+    made; ``triton=False`` leaves out the Triton-only groups."""
     from dsv4warmup.serving import FLASH
 
     from . import engine, lifecycle, mhc, sparse_mla, spec_decode
@@ -44,13 +47,15 @@ def registries(tilelang: bool) -> list[tuple[Any, contextlib.AbstractContextMana
     # sparse-MLA first: its layers ask whether CuTeDSL exists (cached), which
     # the other drivers' stand-ins would answer.
     model = sparse_mla.build_model(FLASH, "v2")
-    out: list[tuple[Any, contextlib.AbstractContextManager[Any]]] = [
-        (sparse_mla.warm_registry(model.vllm_config, "v2"), contextlib.nullcontext()),
-        (
-            spec_decode.warm_registry(spec_decode.vllm_config(FLASH, "v2"), "v2"),
-            contextlib.nullcontext(),
-        ),
-    ]
+    out: list[tuple[Any, contextlib.AbstractContextManager[Any]]] = []
+    if triton:
+        out += [
+            (sparse_mla.warm_registry(model.vllm_config, "v2"), contextlib.nullcontext()),
+            (
+                spec_decode.warm_registry(spec_decode.vllm_config(FLASH, "v2"), "v2"),
+                contextlib.nullcontext(),
+            ),
+        ]
     if tilelang:
         # The lab's deployment: no DeepGEMM (mhc.deployment_on_cuda(cfg, False)).
         with mhc.deep_gemm_env(False):
@@ -64,7 +69,7 @@ def registries(tilelang: bool) -> list[tuple[Any, contextlib.AbstractContextMana
     return out
 
 
-def bake(tilelang: bool, key_log: Path | None = None) -> dict[str, Any]:
+def bake(tilelang: bool, key_log: Path | None = None, keys_only: bool = False) -> dict[str, Any]:
     import os
 
     if sys.version_info < (3, 11, 8):
@@ -76,13 +81,15 @@ def bake(tilelang: bool, key_log: Path | None = None) -> dict[str, Any]:
 
     from . import cache_keys, lifecycle
 
-    groups = registries(tilelang)
+    # Keys only: the TileLang group, nothing built (Triton computes its key
+    # only on the way to a build).
+    groups = registries(tilelang, triton=not keys_only)
     began = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(lifecycle.cpu_triton_driver())
         counts = stack.enter_context(builds())
         if key_log is not None:
-            stack.enter_context(cache_keys.record(key_log))
+            stack.enter_context(cache_keys.record(key_log, build=not keys_only))
         for registry, context in groups:
             with context:
                 registry.warmup()
@@ -99,8 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a JSON-lines file: the parts of every cache key (dsv4warmup.registry.cache_keys)",
     )
+    parser.add_argument(
+        "--keys-only",
+        action="store_true",
+        help="with --key-log: log the TileLang group's keys, build nothing",
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(bake(not args.no_tilelang, args.key_log)))
+    if args.keys_only and (args.key_log is None or args.no_tilelang):
+        parser.error("--keys-only needs --key-log and the TileLang group")
+    print(json.dumps(bake(not args.no_tilelang, args.key_log, args.keys_only)))
     return 0
 
 
