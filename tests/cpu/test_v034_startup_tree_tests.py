@@ -1,4 +1,4 @@
-"""The vLLM-tree tests of 0.34.0 patches 0013, 0014 and the proposed 0015 on this CPU-only machine:
+"""The vLLM-tree tests of 0.34.0 patches 0013 and 0014 on this CPU-only machine:
 on pristine code (with the series' test file copied in) each fails, on the
 patched tree it passes.
 
@@ -10,10 +10,8 @@ patched tree it passes.
   ``dsv4warmup.registry.mhc_pytest_plugin`` (which also sets up the two warmer
   processes the test starts) with the TileLang the tree pins, compiling for
   sm_90a with nvcc: two processes warming one key into one folder build it once.
-- the proposed 0015 (``patches/proposed/v0.34.0/``), ``test_jit_warmup.py`` and
-  ``test_mhc_jit_warmup.py -k side_by_side``, on the series (with 0015's test
-  files) and on the series plus 0015: kernels that wait for each other compile
-  only side by side.
+
+The proposed 0015's tests: ``test_v034_proposed_tree_tests.py``.
 """
 
 from __future__ import annotations
@@ -44,13 +42,14 @@ def _trees(tmp_path: Path, test_file: str) -> dict[str, Path]:
 
 
 def _pytest(tree: Path, test_file: str, select: str, plugin: str, *first: Path, **env: str) -> str:
+    """pytest on ``tree``: ``test_file`` (several, space-separated), ``-k select``."""
     from dsv4warmup import toolchains
     from dsv4warmup.paths import REPO
 
     path = [*first, *toolchains.extra_python_path("0.34.0"), tree, REPO / "scripts"]
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest"]
-        + ["-p", plugin, test_file, "-k", select],
+        + ["-p", plugin, *test_file.split(), "-k", select],
         capture_output=True,
         text=True,
         cwd=tree,
@@ -96,57 +95,3 @@ def test_0014_one_build_per_folder_fails_on_pristine_passes_patched(tmp_path: Pa
     # Before: both warmers build the key.
     assert "[(1, 0), (1, 0)] == [(0, 1), (1, 0)]" in out["pristine"], out["pristine"][-3000:]
     assert "1 passed" in out["patched"] and "failed" not in out["patched"], out["patched"][-3000:]
-
-
-def _with_proposed_0015(tmp_path: Path) -> Path:
-    """The patched tree plus the proposed patch 0015 (not in the series until
-    its start-up gain is measured on a GPU host)."""
-    from dsv4warmup import trees
-    from dsv4warmup.paths import REPO
-
-    tree = tmp_path / "with-0015"
-    shutil.copytree(trees.patched_tree("0.34.0"), tree, symlinks=True)
-    (patch,) = (REPO / "patches" / "proposed" / "v0.34.0").glob("0015-*.patch")
-    subprocess.run(["patch", "-p1", "-s", "-d", str(tree), "-i", str(patch)], check=True)
-    return tree
-
-
-def test_proposed_0015_side_by_side_tests_fail_on_the_series_pass_with_it(
-    tmp_path: Path,
-) -> None:
-    """The proposed 0015's tests, with its test files, on the series and on
-    the series plus 0015: its kernels wait for each other, so compiling one
-    after the other fails (the first waits in vain) and side by side passes.
-    No compile runs (the batches are stubbed), so no nvcc is needed."""
-    from dsv4warmup import tilelang_site, trees
-
-    series = tmp_path / "series"
-    shutil.copytree(trees.patched_tree("0.34.0"), series, symlinks=True)
-    proposed = _with_proposed_0015(tmp_path)
-    for test_file in (MHC_TEST, "tests/model_executor/test_jit_warmup.py"):
-        shutil.copy2(proposed / test_file, series / test_file)
-    site = tilelang_site.tilelang_site(proposed)
-    select = "side_by_side"
-    out = {
-        name: _pytest(
-            tree,
-            MHC_TEST,
-            select,
-            "dsv4warmup.registry.mhc_pytest_plugin",
-            site,
-            DSV4_GPU="h100",
-        )
-        + _pytest(
-            tree,
-            "tests/model_executor/test_jit_warmup.py",
-            select,
-            "dsv4warmup.registry.mhc_pytest_plugin",
-            site,
-            DSV4_GPU="h100",
-        )
-        for name, tree in {"series": series, "proposed": proposed}.items()
-    }
-    assert out["series"].count("1 failed") == 2, out["series"][-3000:]
-    assert "BrokenBarrierError" in out["series"], out["series"][-3000:]
-    assert out["proposed"].count("1 passed") == 2, out["proposed"][-3000:]
-    assert "failed" not in out["proposed"], out["proposed"][-3000:]
