@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def record(path: Path, build: bool = True) -> Iterator[None]:
     from triton.compiler import compiler as triton_compiler
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    log = path.open("a")
+    log = _LineLog(path.open("a"))
     real_triton_key_of = triton_compiler.get_cache_key
 
     def triton_key_of(src, backend, options, env_vars):  # type: ignore[no-untyped-def]
@@ -56,8 +57,7 @@ def record(path: Path, build: bool = True) -> Iterator[None]:
                 "env": str(sorted(env_vars.items())),
             },
         }
-        log.write(json.dumps(entry) + "\n")
-        log.flush()
+        log.write(entry)
         return key
 
     with contextlib.ExitStack() as stack:
@@ -76,8 +76,26 @@ def record(path: Path, build: bool = True) -> Iterator[None]:
         yield
 
 
+class _LineLog:
+    """JSON lines from several threads (Triton compiles keys in a pool), one
+    whole line per entry."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+        self._lock = threading.Lock()
+
+    def write(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 @contextlib.contextmanager
-def _record_tilelang(log: Any, folder: Path) -> Iterator[None]:
+def _record_tilelang(log: _LineLog, folder: Path) -> Iterator[None]:
     from tilelang.cache.kernel_cache import KernelCache
 
     real = KernelCache._generate_key
@@ -101,11 +119,8 @@ def _record_tilelang(log: Any, folder: Path) -> Iterator[None]:
             "base": json.dumps(KernelCache._get_base_key(), sort_keys=True),
         }
         attrs = getattr(func, "attrs", None) or {}
-        name = str(attrs.get("global_symbol", "?")) if attrs else "?"
-        log.write(
-            json.dumps({"backend": "tilelang", "kernel": name, "key": key, "parts": parts}) + "\n"
-        )
-        log.flush()
+        name = str(attrs.get("global_symbol", "?"))
+        log.write({"backend": "tilelang", "kernel": name, "key": key, "parts": parts})
         return key
 
     with mock.patch.object(KernelCache, "_generate_key", generate_key):
