@@ -20,11 +20,12 @@
 # mHC keys without DeepGEMM), sanitizer_sweep (memcheck over the
 # sparse-MLA warmup + one sweep batch per runtime key; SWEEP_K picks the test). Full logs go to $OUT/<phase>.log
 # (no tail: a run killed at the device limit still brings back what it printed);
-# PHASE_TIMEOUT caps each phase so a batch fits one call. BG_PHASES run in the background,
+# PHASE_TIMEOUT caps each phase so a batch fits one call (TIMEOUT_<phase> one phase). BG_PHASES run in the background,
 # each on its own copy of the tree (LAB_SUFFIX), capped by BG_TIMEOUT; the pseudo-phase
 # wait_bg waits for them (e.g. before a timed phase). WITHOUT=NNNN also makes the patched
 # tree less that patch (.lab/trees/without.tgz; add `without` to TREES), and BENCH_TREE=without
-# runs the bench phases on it: a baseline on the same machine.
+# runs the bench phases on it: a baseline on the same machine. PROPOSED=NNNN makes the
+# patched tree plus that proposed patch (.lab/trees/proposed.tgz; add `proposed` to TREES).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 REPO=$(pwd)
@@ -287,8 +288,18 @@ make_without() {  # WITHOUT=NNNN: the patched tree less that patch of the series
   done
   tar czf .lab/trees/without.tgz -C $d .
 }
+make_proposed() {  # PROPOSED=NNNN: the patched tree plus patches/proposed/v<base>/NNNN-*.patch (written,
+  # not in the series) as .lab/trees/proposed.tgz: add `proposed` to TREES / TL_TREES
+  [ -n "${PROPOSED:-}" ] || return 0
+  local d=/tmp/lab-build-proposed base p
+  base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
+  p=$(ls patches/proposed/v$base/$PROPOSED-*.patch) || return 1
+  rm -rf $d && mkdir -p $d && tar xzf .lab/trees/patched.tgz -C $d &&
+    patch -p1 -s -d $d < "$p" && tar czf .lab/trees/proposed.tgz -C $d .
+}
 make_patched
 make_without
+make_proposed
 for t in ${TREES:-pristine patched}; do ( lab "$t" ); done  # unpack once
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -298,6 +309,7 @@ for p in ${BG_PHASES:-}; do
 done
 for p in "$@"; do
   if [ "$p" = wait_bg ]; then wait; echo "### background phases done"; continue; fi  # not in a pipe: a subshell can't wait
-  "phase_$p" 2>&1 | tee "$OUT/$p.log"
+  tvar=TIMEOUT_$p  # TIMEOUT_<phase> caps that phase instead of PHASE_TIMEOUT
+  ( [ -n "${!tvar:-}" ] && export PHASE_TIMEOUT=${!tvar}; "phase_$p" ) 2>&1 | tee "$OUT/$p.log"
 done
 wait
