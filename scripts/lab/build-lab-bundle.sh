@@ -8,7 +8,8 @@
 #   KIND=triton (~47 MB): no tilelang, a wider set of pure packages; what the Triton-side GPU tests
 #     (spec decode, sparse MLA) were first verified with.
 #   KIND=v033-tilelang-0.1.15: the same with TileLang 0.1.15 (parallel compiles save to its disk
-#     cache outside its global lock), to measure a TileLang pin bump against 0.1.12.
+#     cache outside its global lock), to measure a TileLang pin bump against 0.1.12; the pin of
+#     the 0.34.0 series (built into .lab/v034-tilelang-0.1.15/, ~47 MB).
 #   KIND=v033: vLLM 0.33.0's pins (tilelang 0.1.12, apache-tvm-ffi 0.1.11) and the pure packages
 #     0.33.0 adds on the way to its kernel modules (fastapi, starlette, partial-json-parser); the
 #     lab keeps its torch 2.11 / triton 3.6 (0.33.0 pins torch 2.14 / triton 3.8).
@@ -64,7 +65,9 @@ ${PYTHON:-python3} -m pip download -q --no-deps --only-binary=:all: --python-ver
   "${plat[@]}" -d "$work/whl" "${pins[@]}"
 ${PYTHON:-python3} -m pip install -q --no-deps --no-compile --target "$work/site" --python-version 3.12 \
   --implementation cp --only-binary=:all: "${plat[@]}" "$work"/whl/*.whl
-# ROCm's headers: the lab is CUDA, and without them two bundles fit one carry.
-rm -rf "$work/site/tilelang/3rdparty/composable_kernel"
+# ROCm's headers: the lab is CUDA, and without them two bundles fit one carry. z3's command-line
+# tool (TileLang uses the library under z3/lib): without it a 0.1.15 bundle fits beside the trees
+# and a CPU bake (6.9 MB compressed).
+rm -rf "$work/site/tilelang/3rdparty/composable_kernel" "$work/site/bin/z3"
 (cd "$work/site" && tar cf - . | xz -9e -T0 > "$out/site.tar.xz")
 ls -la "$out/site.tar.xz"
