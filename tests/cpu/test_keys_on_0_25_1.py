@@ -24,9 +24,15 @@ KEY_TESTS = (
 )
 
 
+# 0.25.1 is frozen: its keys and audit stay proven here; the pre-warm command's
+# refusal of bad flags (a subprocess each, the same code as 0.26.0's) is left
+# to the 0.26.0 run, which keeps CI inside its time budget.
+DESELECT = "not bad_flags_exit_2"
+
+
 def _run_on(tree: str, repo: str, test_file: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", DESELECT, test_file],
         cwd=repo,
         env=dict(os.environ, DSV4_VLLM_TREE=tree),
         capture_output=True,
