@@ -256,10 +256,13 @@ phase_first_request() {  # first-request replay, patched then pristine (#6)
         --json "$OUT/first_request.json" 2>&1 )
 }
 
+lab_base() {  # the vLLM version of .lab/trees/pristine.tgz
+  tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1
+}
 make_patched() {  # 0.33.0 trees are large: the patched one is made here from pristine + series
   [ -f .lab/trees/patched.tgz ] && return 0
   local base d=/tmp/lab-build-patched
-  base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
+  base=$(lab_base)
   [ -f "patches/v$base/series" ] || { echo "no series for $base: pristine only"; return 0; }
   rm -rf $d && mkdir -p $d && tar xzf .lab/trees/pristine.tgz -C $d &&
     PYTHONPATH=scripts python3 -m dsv4warmup apply --tree $d &&
@@ -272,7 +275,7 @@ make_without() {  # WITHOUT=NNNN: the patched tree less that patch of the series
   # a later patch that needs it goes too (later hunks are reversed, then re-applied where they apply)
   [ -n "${WITHOUT:-}" ] || return 0
   local d=/tmp/lab-build-without base p q later
-  base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
+  base=$(lab_base)
   p=$(ls patches/v$base/$WITHOUT-*.patch) || return 1
   later=$(ls patches/v$base/[0-9]*.patch | awk -v p="$p" '$0 > p')
   rm -rf $d && mkdir -p $d && tar xzf .lab/trees/patched.tgz -C $d || return 1
@@ -292,7 +295,7 @@ make_proposed() {  # PROPOSED=NNNN: the patched tree plus patches/proposed/v<bas
   # not in the series) as .lab/trees/proposed.tgz: add `proposed` to TREES / TL_TREES
   [ -n "${PROPOSED:-}" ] || return 0
   local d=/tmp/lab-build-proposed base p
-  base=$(tar xzf .lab/trees/pristine.tgz -O PKG-INFO | sed -n 's/^Version: //p' | head -1)
+  base=$(lab_base)
   p=$(ls patches/proposed/v$base/$PROPOSED-*.patch) || return 1
   rm -rf $d && mkdir -p $d && tar xzf .lab/trees/patched.tgz -C $d &&
     patch -p1 -s -d $d < "$p" && tar czf .lab/trees/proposed.tgz -C $d .
