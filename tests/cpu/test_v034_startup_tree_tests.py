@@ -1,6 +1,6 @@
-"""The vLLM-tree tests of 0.34.0 patches 0013 and 0014 on this CPU-only machine:
-on pristine code (with the series' test file copied in) each fails, on the
-patched tree it passes.
+"""The vLLM-tree tests of 0.34.0 patches 0013, 0014 and 0015 on this CPU-only
+machine: on code without the patch (with the series' test file copied in) each
+fails, on the patched tree it passes.
 
 - 0013, ``test_jit_warmup_triton_launcher.py -k triton_cache_the_registry_started_with``,
   through ``dsv4warmup.registry.triton_cpu_pytest_plugin``: the platform answers
@@ -10,8 +10,11 @@ patched tree it passes.
   ``dsv4warmup.registry.mhc_pytest_plugin`` (which also sets up the two warmer
   processes the test starts) with the TileLang the tree pins, compiling for
   sm_90a with nvcc: two processes warming one key into one folder build it once.
-
-The proposed 0015's tests: ``test_v034_proposed_tree_tests.py``.
+- 0015, ``test_jit_warmup.py`` and ``test_mhc_jit_warmup.py -k "side_by_side or
+  threads_can_parse_python"``: kernels that wait for each other compile only
+  side by side; with the Python-version gate closed, one after another on the
+  calling thread. Its mHC tests stub 0011's batch compile, so the tree before
+  it is the series less 0015.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 TRITON_TEST = "tests/model_executor/test_jit_warmup_triton_launcher.py"
 MHC_TEST = "tests/kernels/mhc/test_mhc_jit_warmup.py"
+JIT_TEST = "tests/model_executor/test_jit_warmup.py"
 
 
 def _trees(tmp_path: Path, test_file: str) -> dict[str, Path]:
@@ -95,3 +99,37 @@ def test_0014_one_build_per_folder_fails_on_pristine_passes_patched(tmp_path: Pa
     # Before: both warmers build the key.
     assert "[(1, 0), (1, 0)] == [(0, 1), (1, 0)]" in out["pristine"], out["pristine"][-3000:]
     assert "1 passed" in out["patched"] and "failed" not in out["patched"], out["patched"][-3000:]
+
+
+def test_0015_side_by_side_tests_fail_without_it_pass_patched(tmp_path: Path) -> None:
+    """0015's tests on the series less 0015 (its test files copied in) and on
+    the series. Without 0015 there is no version gate to set, so all 12 fail;
+    with it, kernels that wait for each other compile side by side (the gate
+    forced open, even on CI's Python 3.11.7) and in turn on the calling thread
+    (the gate closed). The batches are stubbed, so no nvcc is needed."""
+    from dsv4warmup import tilelang_site, trees
+    from dsv4warmup.paths import REPO
+
+    patched = trees.patched_tree("0.34.0")
+    before = tmp_path / "without-0015"
+    shutil.copytree(patched, before, symlinks=True)
+    (patch,) = (REPO / "patches" / "v0.34.0").glob("0015-*.patch")
+    subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(before), "-i", str(patch)], check=True)
+    for test_file in (MHC_TEST, JIT_TEST):
+        shutil.copy2(patched / test_file, before / test_file)
+    site = tilelang_site.tilelang_site(patched)
+    out = {
+        name: _pytest(
+            tree,
+            f"{MHC_TEST} {JIT_TEST}",
+            "side_by_side or threads_can_parse_python",
+            "dsv4warmup.registry.mhc_pytest_plugin",
+            site,
+            DSV4_GPU="h100",
+        )
+        for name, tree in {"before": before, "patched": patched}.items()
+    }
+    assert "12 failed" in out["before"], out["before"][-3000:]
+    assert "has no attribute 'threads_can_parse_python'" in out["before"], out["before"][-3000:]
+    assert "12 passed" in out["patched"], out["patched"][-3000:]
+    assert "failed" not in out["patched"], out["patched"][-3000:]
