@@ -13,8 +13,8 @@ fails, on the patched tree it passes.
 - 0015, ``test_jit_warmup.py`` and ``test_mhc_jit_warmup.py -k "side_by_side or
   threads_can_parse_python"``: kernels that wait for each other compile only
   side by side; with the Python-version gate closed, one after another on the
-  calling thread. Its mHC tests stub 0011's batch compile, so the tree before
-  it is the series less 0015.
+  registry's thread; every mHC TileLang owner declares it; overlapping compiles
+  restore the TileLang loggers' levels. No compile runs, so no nvcc is needed.
 """
 
 from __future__ import annotations
@@ -103,10 +103,10 @@ def test_0014_one_build_per_folder_fails_on_pristine_passes_patched(tmp_path: Pa
 
 def test_0015_side_by_side_tests_fail_without_it_pass_patched(tmp_path: Path) -> None:
     """0015's tests on the series less 0015 (its test files copied in) and on
-    the series. Without 0015 there is no version gate to set, so all 12 fail;
-    with it, kernels that wait for each other compile side by side (the gate
-    forced open, even on CI's Python 3.11.7) and in turn on the calling thread
-    (the gate closed). The batches are stubbed, so no nvcc is needed."""
+    the series. Without 0015 the 10 registry tests fail (no version gate to
+    set), the 6 owner declarations fail, and overlapping compiles leave the
+    TileLang loggers quieted; with it all 17 pass, the side-by-side test with
+    the gate forced open even on CI's Python 3.11.7."""
     from dsv4warmup import tilelang_site, trees
     from dsv4warmup.paths import REPO
 
@@ -129,7 +129,9 @@ def test_0015_side_by_side_tests_fail_without_it_pass_patched(tmp_path: Path) ->
         )
         for name, tree in {"before": before, "patched": patched}.items()
     }
-    assert "12 failed" in out["before"], out["before"][-3000:]
+    assert "17 failed" in out["before"], out["before"][-3000:]
     assert "has no attribute 'threads_can_parse_python'" in out["before"], out["before"][-3000:]
-    assert "12 passed" in out["patched"], out["patched"][-3000:]
+    assert "has no attribute 'supports_concurrent_warmup'" in out["before"], out["before"][-3000:]
+    assert "assert [40, 40] == [20, 20]" in out["before"], out["before"][-3000:]
+    assert "17 passed" in out["patched"], out["patched"][-3000:]
     assert "failed" not in out["patched"], out["patched"][-3000:]
