@@ -33,9 +33,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 
 lab() {  # lab NAME: environment of one tree (subshell callers only)
   local dest=/tmp/lab-$1${LAB_SUFFIX:+-$LAB_SUFFIX}  # env.sh re-unpacks the tree: one per process
+  local bundle=$REPO/${BUNDLE:-.lab/full/site.tar.xz} stamp
+  # env.sh keeps a site it finds unpacked: on a machine still warm from a call with another
+  # BUNDLE that would be the other TileLang. Unpack again when the bundle differs.
+  stamp="$bundle $(stat -c %s "$bundle" 2>/dev/null)"
+  [ "$(cat "$dest/site.bundle" 2>/dev/null)" = "$stamp" ] || { rm -rf "$dest/site"; mkdir -p "$dest"; echo "$stamp" > "$dest/site.bundle"; }
   export TRITON_CACHE_DIR=$dest/triton-cache TILELANG_CACHE_DIR=$dest/tilelang-cache
   # shellcheck disable=SC1091
-  source "$REPO/.lab/gpu-lab/env.sh" "$REPO/${BUNDLE:-.lab/full/site.tar.xz}" "$REPO/.lab/trees/$1.tgz" "$dest" >/dev/null
+  source "$REPO/.lab/gpu-lab/env.sh" "$bundle" "$REPO/.lab/trees/$1.tgz" "$dest" >/dev/null
   export DSV4_VLLM_TREE=$dest/tree
   # bytecode now (16 cores), not in the first timed process: env.sh re-unpacks the tree
   python3 -m compileall -q -j 0 "$dest/tree/vllm" "$dest/site" >/dev/null 2>&1 || true
