@@ -57,9 +57,10 @@ def test_cpu_bake_derives_the_tilelang_keys_the_h100_server_computed(
     """Every TileLang cache key a serving start on the H100 computed (its key
     log, 2026-12-07: TileLang 0.1.12, the patched tree) is one the CPU bake
     derives for the same deployment, part for part: the kernels elaborate to
-    the same scripts (with PDL: the platform stand-in answers for an sm_90
-    GPU), for the same target, pass configs and version. Keys only: nothing
-    is built, so no nvcc is needed."""
+    the same scripts (with PDL: patch 0016 reads it from the capability the
+    platform stand-in reports, which says nothing else about PDL), for the
+    same target, pass configs and version. Keys only: nothing is built, so
+    no nvcc is needed. Without 0016 every key differs in its script."""
     from dsv4warmup import tilelang_site, trees
     from dsv4warmup.registry import cache_keys
 

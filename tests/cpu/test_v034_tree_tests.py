@@ -6,7 +6,9 @@ The series' version of each test file runs from a scratch folder with the
 tree on ``PYTHONPATH``: the pristine run is the new test on the base commit.
 The mHC test needs a CUDA platform: ``dsv4warmup.registry.mhc_pytest_plugin``
 makes this CPU answer as an H200 (SM90) or a B200 (SM100, where the fused
-post + pre path changes its split below eight tokens).
+post + pre path changes its split below eight tokens). The CUDA platform's
+test imports ``vllm.platforms.cuda`` through the platform stand-in's stubs
+(``dsv4warmup.registry.triton_cpu_pytest_plugin``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,17 @@ CASES = [
         "h200",
         {"passed": 1},
         {"failed": 1},
+    ),
+    (
+        # 0016: PDL support from the (NVML-stubbed) device capability; on code
+        # without it torch.cuda answers, which this CPU cannot: SM 9.0 and
+        # 10.0 say False (SM 8.9 and no capability say False either way).
+        "tests/cuda/test_cuda_context.py",
+        "pdl_support",
+        ["--noconftest", "-p", "dsv4warmup.registry.triton_cpu_pytest_plugin"],
+        "h100",
+        {"passed": 4},
+        {"failed": 2, "passed": 2},
     ),
 ]
 

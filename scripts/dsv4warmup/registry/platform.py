@@ -6,6 +6,11 @@ stand-ins answer "not supported" (as ``shared/gpu-lab``'s stub does), and
 ``current_platform`` becomes a CUDA platform whose device queries answer for
 the configured GPU. Nothing here launches a kernel: a kernel that needs a
 compiled op fails loudly.
+
+PDL support is not answered here: 0.34.0 patch 0016 makes the CUDA platform
+read it from ``get_device_capability``, as it reads everything else. On a tree
+without it, ``is_arch_support_pdl`` asks ``torch.cuda`` and says False, and
+the mHC TileLang kernels elaborate without PDL (keys a GPU server never reads).
 """
 
 from __future__ import annotations
@@ -96,15 +101,6 @@ def install(gpu: Gpu = H200) -> Any:
         @classmethod
         def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
             return True
-
-        @classmethod
-        def is_arch_support_pdl(cls) -> bool:
-            # CudaPlatform asks torch.cuda for the current device's capability,
-            # which a machine without a GPU cannot answer: kernels that read it
-            # at import (the mHC TileLang kernels' PDL sync and trigger) would
-            # elaborate without PDL and miss the server's cache keys.
-            assert _installed is not None
-            return _installed.capability[0] >= 9
 
         @classmethod
         def device_count(cls) -> int:
