@@ -383,15 +383,24 @@ def claims(b: BodyInput) -> str:
             out.append(
                 f"- The test under Validation on v{b.base}: `{first}`; with this change: `{last}`."
             )
-        out += [f"- {m.title}." for m in ev.measurements]
+        out += [f"- {_sentence(m.title)}." for m in ev.measurements]
     return "\n".join(out or [f"- {_plain_title(b.title)}."])
+
+
+def _sentence(title: str) -> str:
+    """A measurement's title as a bullet or heading: its first letter upper-case."""
+    return title[:1].upper() + title[1:]
 
 
 def _run_block(run: Run, label: str, show_command: bool, show_where: bool) -> list[str]:
     out = [f"**{label}**, {run.tree}{'; ' + run.where if show_where else ''}:", ""]
     if run.note:
         out += [unwrap(run.note), ""]
-    if show_command:
+    if show_command and "`" in run.command:
+        # Commands with words around them (`a`, then `b` (what a is)): prose,
+        # or the code spans' backticks would show inside a shell block.
+        out += [f"Command: {run.command}", ""]
+    elif show_command:
         out += [_fenced("bash", run.command), ""]
     out += [_fenced("text", run.output), ""]
     return out
@@ -437,7 +446,7 @@ def validation(b: BodyInput, level: int = 3) -> str:
             if same_where:
                 out += [f"Both on {after.where}.", ""]
         for m in ev.measurements:
-            out += [f"{'#' * (level + (len(b.parts) > 1))} {m.title}", ""]
+            out += [f"{'#' * (level + (len(b.parts) > 1))} {_sentence(m.title)}", ""]
             out += _run_block(m, "Measured", True, True)
     return "\n".join(out).rstrip()
 

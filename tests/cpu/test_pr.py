@@ -849,7 +849,7 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
     assert s["## Claims"].splitlines() == [
         "- The test under Validation on v0.34.0: `1 failed in 4.20s`; "
         "with this change: `1 passed in 4.10s`.",
-        "- build time unchanged (5.1 us both).",
+        "- Build time unchanged (5.1 us both).",
     ]
     v = s["## Validation"]
     # The plan's command, its words, then the evidence: its command is the
@@ -861,7 +861,8 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
     assert "Run as:" not in v
     assert "```text\nE   assert -17 == -1\n1 failed in 4.20s\n```" in v
     assert "Both on NVIDIA H200, Ubuntu 24.04; torch 2.14.0, triton 3.8.0; 2026-12-07." in v
-    assert "### build time unchanged (5.1 us both)" in v and "Median of 50 launches." in v
+    assert "### Build time unchanged (5.1 us both)" in v and "Median of 50 launches." in v
+    assert "```bash\npython benchmarks/kernels/toy.py\n```" in v
     assert "2026-12-08" in v
     assert (
         "(ruff at its pin, 0.17.2), passed, except not run: `markdownlint-cli2`: cannot be "
@@ -887,6 +888,20 @@ def test_body_in_the_0_34_template(tmp_path: Path) -> None:
     )
 
 
+def test_a_command_with_words_around_it_is_prose_not_a_shell_block(tmp_path: Path) -> None:
+    """A measurement's command written as code spans with words between them
+    would show its backticks inside a ```bash block: it goes in a sentence."""
+    command = "`python benchmarks/kernels/toy.py`, then `python toy_check.py` (the toy's check)"
+    text = EVIDENCE.replace(
+        "- Command: `python benchmarks/kernels/toy.py`", f"- Command: {command}"
+    )
+    ev = _evidence(tmp_path, text)
+    part = pr_body.Part("0003", ev.patch, MESSAGE, ev, Path("docs/pr-evidence/v0.34.0/0003.md"))
+    v = pr_body.validation(_body_input(parts=[part]))
+    assert f"Command: {command}" in v
+    assert "```bash\n`" not in v
+
+
 def test_claims_are_written_by_hand_or_pytest_summaries(tmp_path: Path) -> None:
     """A `Claim:` line is a Claims bullet as written; without one, a run's
     last line is quoted only where it is pytest's summary."""
@@ -902,12 +917,12 @@ def test_claims_are_written_by_hand_or_pytest_summaries(tmp_path: Path) -> None:
     )
     assert claims(claimed) == [
         "- no garbage slot ids (-17 before)",
-        "- build time unchanged (5.1 us both).",
+        "- Build time unchanged (5.1 us both).",
     ]
     bench = EVIDENCE.replace("1 failed in 4.20s", "took 4.20 us").replace(
         "1 passed in 4.10s", "took 4.10 us"
     )
-    assert claims(bench) == ["- build time unchanged (5.1 us both)."]
+    assert claims(bench) == ["- Build time unchanged (5.1 us both)."]
     bare = bench.split("## Measurement")[0]
     assert claims(bare) == ["- Toy: initialise the buffers."]
 
