@@ -416,7 +416,7 @@ def test_bodies_quote_their_own_evidence_and_nothing_else(good) -> None:
             assert f"Toy host {k}0{k}, no GPU; Python 3.11.{k}; 2026-12-0{k}" in s["## Test Plan"]
             assert f"`{k} failed, {k}{k} passed in 0.0{k}s`" in s["## Purpose"]  # a claim
             if k % 2:
-                assert f"toy kernel {k}{k}.{k}7 us -> {k}.{k}5 us" in s["## Purpose"]
+                assert f"Toy kernel {k}{k}.{k}7 us -> {k}.{k}5 us" in s["## Purpose"]
                 assert f"Toy GPU {k}{k}0; torch 2.{k}; 2026-12-1{k}" in s["## Test Plan"]
                 assert (
                     f"vllm-project/vllm#4{k}{k}{k}: warms the same toy kernel exhaustively; this one warms"
