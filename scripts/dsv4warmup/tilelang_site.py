@@ -14,6 +14,7 @@ venv's), and put first on ``PYTHONPATH`` of a subprocess.
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import shutil
 import subprocess
@@ -81,3 +82,57 @@ def site_for_version(version: str) -> Path:
         shutil.rmtree(target, ignore_errors=True)
         scratch.rename(target)
     return target
+
+
+def patched_site(version: str, patch: Path) -> Path:
+    """:func:`site_for_version` with ``patch`` (a TileLang change, a ``git
+    format-patch`` mail against that version) applied to its ``tilelang/``
+    files; the rest of the mail (TileLang's tests) is not part of a site.
+
+    The copy hard-links every file but those the patch edits, so it costs
+    no second 200 MB; it is made once per patch content."""
+    import hashlib
+
+    base = site_for_version(version)
+    digest = hashlib.sha256(patch.read_bytes()).hexdigest()[:12]
+    target = base.parent / f"tilelang-{version}+{patch.stem[:40]}-{digest}"
+    with open(base.parent / ".tilelang.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".patched").is_file():
+            return target
+        scratch = base.parent / f".{target.name}.partial"
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(base, scratch, copy_function=_link_or_copy)
+        edited = re.findall(r"^\+\+\+ b/(tilelang/\S+)$", patch.read_text(), re.M)
+        for rel in edited:
+            # Break the hard link: the patch must not edit the shared original.
+            path = scratch / rel
+            if path.is_file():
+                data = path.read_bytes()
+                path.unlink()
+                path.write_bytes(data)
+        # Outside any repository: inside one, git apply would take the paths
+        # as relative to that repository's top.
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(scratch.parent)}
+        res = subprocess.run(
+            ["git", "apply", "--include=tilelang/*", str(patch.resolve())],
+            cwd=scratch,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if res.returncode != 0 or not edited:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise RuntimeError(f"{patch.name} does not apply to tilelang {version}: {res.stderr}")
+        (scratch / ".patched").write_text(patch.name)
+        shutil.rmtree(target, ignore_errors=True)
+        scratch.rename(target)
+    return target
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        Path(dst).hardlink_to(src)
+    except OSError:
+        shutil.copy2(src, dst)
