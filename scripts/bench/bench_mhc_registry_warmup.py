@@ -2,6 +2,7 @@
 
     python scripts/bench/bench_mhc_registry_warmup.py --runs core:cold,core+0011:cold,...
         --tree core=/tmp/lab-without/tree --tree core+0011=/tmp/lab-patched/tree
+        [--site NAME=DIR] [--cache-of NAME=OTHER]
         [--deep-gemm-keys] [--max-num-batched-tokens 8192] [--json FILE]
 
 Each run is a fresh process (``--one``) that builds DeepSeek V4 Flash's target and MTP
@@ -15,6 +16,12 @@ Triton keys (the model's few Triton kernels); the TileLang compiles are what dif
 between trees whose patches change how TileLang keys compile. Printed per run: the
 registry warmup's seconds, TileLang binaries built and read from disk, and the
 TileLang version; then the median per tree and kind.
+
+``--site NAME=DIR`` puts ``DIR`` (e.g. a TileLang with a change applied) first on
+``PYTHONPATH`` of tree ``NAME``'s runs; ``--cache-of NAME=OTHER`` gives ``NAME`` the
+TileLang cache folder of tree ``OTHER``, so a warm run of one reads what the other
+built (a run that builds nothing there computed the same cache keys); a cold run
+of either empties the folder both use.
 
 ``--deep-gemm-keys``: vLLM is told DeepGEMM is there, so the keys are a DeepGEMM
 deployment's (the mHC pre epilogues at each DeepGEMM split count), as the report's.
@@ -66,9 +73,10 @@ def one_run(deep_gemm: bool, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def _run(tree: Path, cache: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _run(tree: Path, site: str | None, cache: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = f"{tree}:{env.get('PYTHONPATH', '')}"
+    first = f"{site}:{tree}" if site else str(tree)
+    env["PYTHONPATH"] = f"{first}:{env.get('PYTHONPATH', '')}"
     env["DSV4_VLLM_TREE"] = str(tree)
     env["TILELANG_CACHE_DIR"] = str(cache)
     env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-triton-")
@@ -99,6 +107,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--tree", action="append", default=[], help="NAME=PATH of a tree")
+    ap.add_argument("--site", action="append", default=[], help="NAME=DIR first on PYTHONPATH")
+    ap.add_argument("--cache-of", action="append", default=[], help="NAME=OTHER: OTHER's cache")
     ap.add_argument("--runs", default="", help="NAME:cold|warm, comma-separated, in order")
     ap.add_argument("--deep-gemm-keys", action="store_true")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
@@ -112,9 +122,18 @@ def main() -> None:
         return
 
     trees = dict(entry.split("=", 1) for entry in args.tree)
+    sites = dict(entry.split("=", 1) for entry in args.site)
+    shared = dict(entry.split("=", 1) for entry in args.cache_of)
+    if not set(sites) | set(shared) | set(shared.values()) <= set(trees) or set(shared) & set(
+        shared.values()
+    ):
+        raise SystemExit("--site and --cache-of name trees given with --tree (one level deep)")
     caches = {
-        name: Path(tempfile.mkdtemp(prefix=f"bench-tilelang-{i}-")) for i, name in enumerate(trees)
+        name: Path(tempfile.mkdtemp(prefix=f"bench-tilelang-{i}-"))
+        for i, name in enumerate(trees)
+        if name not in shared
     }
+    caches.update({name: caches[other] for name, other in shared.items()})
     keys = "DeepGEMM keys" if args.deep_gemm_keys else "TileLang GEMM keys"
     print(f"# {keys}, max_num_batched_tokens {args.max_num_batched_tokens}, {os.cpu_count()} CPUs")
     results: list[dict[str, Any]] = []
@@ -125,7 +144,8 @@ def main() -> None:
             caches[name].mkdir()
         elif kind != "warm":
             raise SystemExit(f"unknown run kind {kind!r}")
-        result = {"tree": name, "kind": kind, **_run(Path(trees[name]), caches[name], args)}
+        run_result = _run(Path(trees[name]), sites.get(name), caches[name], args)
+        result = {"tree": name, "kind": kind, **run_result}
         results.append(result)
         print(
             f"{name:>12} {kind:<4} registry warmup {result['seconds']:7.2f} s "

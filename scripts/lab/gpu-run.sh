@@ -199,10 +199,21 @@ PY
 
 phase_tilelang_warmup() {  # scripts/bench/bench_mhc_registry_warmup.py: cold and warm registry
   # warmup of the deployment's TileLang keys on each lab tree of TL_TREES (default "without
-  # patched", e.g. WITHOUT=0011); TL_RUNS the order, TL_ARGS e.g. --deep-gemm-keys
+  # patched", e.g. WITHOUT=0011); TL_RUNS the order, TL_ARGS e.g. --deep-gemm-keys.
+  # TL_SITE_PATCH=patches/tilelang/vX/NNNN-*.patch adds the run name "tlpatch": the patched
+  # tree on the bundle's TileLang with that change applied, on the patched tree's cache folder
   ( lab patched; cd "$REPO" && echo "### TileLang registry warmup ${TL_ARGS:-}" &&
+    site_args=() && if [ -n "${TL_SITE_PATCH:-}" ]; then
+      # hard links, but a fresh copy of each file the change edits (patch would write through)
+      rm -rf /tmp/site-tlpatch && cp -al /tmp/lab-patched/site /tmp/site-tlpatch &&
+      for f in $(sed -n 's|^+++ b/\(tilelang/.*\)|\1|p' "$TL_SITE_PATCH"); do
+        cp --remove-destination /tmp/lab-patched/site/$f /tmp/site-tlpatch/$f; done &&
+      patch -p1 -s -d /tmp/site-tlpatch < "$TL_SITE_PATCH" && rm -rf /tmp/site-tlpatch/testing &&
+      echo "### tlpatch: TileLang with $(basename "$TL_SITE_PATCH")" &&
+      site_args=(--tree tlpatch=/tmp/lab-patched/tree --site tlpatch=/tmp/site-tlpatch --cache-of tlpatch=patched)
+    fi &&
     timeout ${PHASE_TIMEOUT:-600} python3 scripts/bench/bench_mhc_registry_warmup.py \
-      $(for t in ${TL_TREES:-without patched}; do echo --tree $t=/tmp/lab-$t/tree; done) \
+      $(for t in ${TL_TREES:-without patched}; do echo --tree $t=/tmp/lab-$t/tree; done) "${site_args[@]}" \
       --runs "${TL_RUNS:-without:cold,patched:cold,patched:warm,without:warm,without:warm,patched:warm}" \
       ${TL_ARGS:-} --json "$OUT/tilelang_warmup.json" 2>&1 )
 }
