@@ -77,8 +77,10 @@ phase_tree_tests() {
         [ "$t" != patched ] && cp /tmp/lab-patched/tree/"$file" "$file"
         confcut="--noconftest -p dsv4warmup.gpu.tree_test_fixtures"
         [ -f "$(dirname "$file")/conftest.py" ] && confcut="--confcutdir $(dirname "$file") -p dsv4warmup.gpu.tree_test_fixtures"
+        # a -k expression is one argument ("-k a or b"), other options split on spaces
+        if [ "${sel#-k }" != "$sel" ]; then set -- -k "${sel#-k }"; else set -- $sel; fi
         PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout -k 5 ${PHASE_TIMEOUT:-300} python3 -m pytest -q -rfE \
-          -p no:cacheprovider $confcut "$file" $sel 2>&1 | tail -n 40
+          -p no:cacheprovider $confcut "$file" "$@" 2>&1 | tail -n 40
         echo "### $t $file: exit ${PIPESTATUS[0]}"
       done )
   done
