@@ -39,6 +39,11 @@ _COMPILER33 = "vllm_overlay/v0.33.0/vllm/model_executor/warmup/jit_warmup_tilela
 _COMPILER_TESTS = (
     "tests/cpu/test_v033_prewarm.py::test_tree_tests_of_the_tilelang_compiler_processes_pass"
 )
+_TL15 = "patches/tilelang/v0.1.15"
+_TL_TEST = (
+    "tests/cpu/test_tilelang_reduce_macro.py::"
+    "test_tilelang_test_fails_before_the_change_and_passes_after"
+)
 _DISPATCH = "vllm_overlay/vllm/model_executor/kernels/mhc/tilelang_dispatch.py"
 _SENTINEL = "vllm_overlay/vllm/model_executor/warmup/deepseek_v4_jit_sentinel.py"
 
@@ -351,6 +356,29 @@ def mutants() -> list[Mutant]:
             '"eagle_prepare_inputs_padded_kernel_",',
             ("tests/cpu/test_sentinel.py::test_warn_names_kernel_and_key",),
         ),
+        # The TileLang change (a mail for TileLang, not the vLLM series): the
+        # hoisted macro must get each call's arguments.
+        Mutant(
+            "tilelang-reduce-clear-always",
+            _patch(_TL15, "0001"),
+            "+    _reduce_macro(buffer, out, reduce_type, dim, clear, annotations)",
+            "+    _reduce_macro(buffer, out, reduce_type, dim, True, annotations)",
+            (_TL_TEST,),
+        ),
+        Mutant(
+            "tilelang-reduce-annotations-dropped",
+            _patch(_TL15, "0001"),
+            "+    _reduce_macro(buffer, out, reduce_type, dim, clear, annotations)",
+            "+    _reduce_macro(buffer, out, reduce_type, dim, clear, {})",
+            (_TL_TEST,),
+        ),
+        Mutant(
+            "tilelang-reduce-kind-sum",
+            _patch(_TL15, "0001"),
+            "+    _reduce_macro(buffer, out, reduce_type, dim, clear, annotations)",
+            '+    _reduce_macro(buffer, out, "sum", dim, clear, annotations)',
+            ("tests/cpu/test_tilelang_reduce_macro.py::test_deployment_tilelang_keys_unchanged",),
+        ),
     ]
 
 
@@ -466,10 +494,11 @@ def _short_test(junit_name: str) -> str:
 
 
 def _short_file(path: str) -> str:
-    # patches/v0.26.0/0003-derive-....patch -> v0.26.0/0003; overlay: file name
+    # patches/v0.26.0/0003-derive-....patch -> v0.26.0/0003 (patches/tilelang/v0.1.15/0001-...
+    # -> tilelang/v0.1.15/0001); overlay: file name
     parts = Path(path).parts
     if parts[0] == "patches":
-        return f"{parts[1]}/{parts[2].split('-', 1)[0]}"
+        return "/".join([*parts[1:-1], parts[-1].split("-", 1)[0]])
     return parts[-1]
 
 
