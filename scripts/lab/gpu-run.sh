@@ -199,6 +199,16 @@ PY
   )
 }
 
+tlpatch_site() {  # /tmp/site-tlpatch: the patched tree's site with the TileLang change
+  # TL_SITE_PATCH applied (inside `lab patched`); hard links, but a fresh copy of each file
+  # the change edits (patch would write through)
+  rm -rf /tmp/site-tlpatch && cp -al /tmp/lab-patched/site /tmp/site-tlpatch &&
+  for f in $(sed -n 's|^+++ b/\(tilelang/.*\)|\1|p' "$TL_SITE_PATCH"); do
+    cp --remove-destination /tmp/lab-patched/site/$f /tmp/site-tlpatch/$f; done &&
+  patch -p1 -s -d /tmp/site-tlpatch < "$TL_SITE_PATCH" && rm -rf /tmp/site-tlpatch/testing &&
+  echo "### tlpatch: TileLang with $(basename "$TL_SITE_PATCH")"
+}
+
 phase_tilelang_warmup() {  # scripts/bench/bench_mhc_registry_warmup.py: cold and warm registry
   # warmup of the deployment's TileLang keys on each lab tree of TL_TREES (default "without
   # patched", e.g. WITHOUT=0011); TL_RUNS the order, TL_ARGS e.g. --deep-gemm-keys.
@@ -206,12 +216,7 @@ phase_tilelang_warmup() {  # scripts/bench/bench_mhc_registry_warmup.py: cold an
   # tree on the bundle's TileLang with that change applied, on the patched tree's cache folder
   ( lab patched; cd "$REPO" && echo "### TileLang registry warmup ${TL_ARGS:-}" &&
     site_args=() && if [ -n "${TL_SITE_PATCH:-}" ]; then
-      # hard links, but a fresh copy of each file the change edits (patch would write through)
-      rm -rf /tmp/site-tlpatch && cp -al /tmp/lab-patched/site /tmp/site-tlpatch &&
-      for f in $(sed -n 's|^+++ b/\(tilelang/.*\)|\1|p' "$TL_SITE_PATCH"); do
-        cp --remove-destination /tmp/lab-patched/site/$f /tmp/site-tlpatch/$f; done &&
-      patch -p1 -s -d /tmp/site-tlpatch < "$TL_SITE_PATCH" && rm -rf /tmp/site-tlpatch/testing &&
-      echo "### tlpatch: TileLang with $(basename "$TL_SITE_PATCH")" &&
+      tlpatch_site &&
       site_args=(--tree tlpatch=/tmp/lab-patched/tree --site tlpatch=/tmp/site-tlpatch --cache-of tlpatch=patched)
     fi &&
     timeout ${PHASE_TIMEOUT:-600} python3 scripts/bench/bench_mhc_registry_warmup.py \
@@ -231,7 +236,8 @@ phase_serving_start() {  # scripts/dsv4warmup/gpu/serving_start.py: a pre-warm, 
 }
 
 phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on this repo's CPU-only
-  # machine by dsv4warmup.registry.cpu_bake (.lab/cpu-bake.tar.xz, unpacked at the HOME it was baked in)
+  # machine by dsv4warmup.registry.cpu_bake (.lab/cpu-bake.tar.xz, unpacked at the HOME it was baked in);
+  # TL_SITE_PATCH adds alternating starts on the bundle's and the changed TileLang
   rm -rf /tmp/bakehome && mkdir -p /tmp/bakehome && tar xJf .lab/cpu-bake.tar.xz -C /tmp/bakehome &&
   # each start logs its cache keys' parts (compare with the bake's log: dsv4warmup.registry.cache_keys)
   ( lab patched; cd "$REPO" && echo "### serving starts on caches baked on a CPU-only machine" &&
@@ -239,7 +245,19 @@ phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on thi
 print(sys.version.split()[0], "triton_key sha256", hashlib.sha256(triton_key().encode()).hexdigest())' &&
     PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
       python3 -m dsv4warmup.gpu.serving_start --tilelang --home /tmp/bakehome \
-        --starts serve-inductor,serve-aot --key-log "$OUT/cpu_bake_serve_keys" 2>&1 )
+        --starts serve-inductor,serve-aot --key-log "$OUT/cpu_bake_serve_keys" 2>&1 &&
+    # TL_SITE_PATCH: then CBS_ROUNDS pairs of starts, the bundle's TileLang and the changed one
+    if [ -n "${TL_SITE_PATCH:-}" ]; then
+      tlpatch_site && for _ in $(seq ${CBS_ROUNDS:-3}); do
+        for tl in bundled changed; do
+          site=""; [ $tl = changed ] && site=/tmp/site-tlpatch:
+          echo "### serving start on the bake, TileLang $tl"
+          PYTHONPATH="$REPO/scripts:$site$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
+            python3 -m dsv4warmup.gpu.serving_start --tilelang --home /tmp/bakehome \
+              --starts serve-inductor 2>&1 || exit 1
+        done
+      done
+    fi )
 }
 
 phase_shared_cache() {  # scripts/bench/bench_tilelang_shared_cache.py: SC_WARMERS warmers on one
