@@ -237,14 +237,15 @@ phase_serving_start() {  # scripts/dsv4warmup/gpu/serving_start.py: a pre-warm, 
 
 phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on this repo's CPU-only
   # machine by dsv4warmup.registry.cpu_bake (.lab/cpu-bake.tar.xz, unpacked at the HOME it was baked in);
-  # TL_SITE_PATCH adds alternating starts on the bundle's and the changed TileLang
+  # TL_SITE_PATCH adds alternating starts on the bundle's and the changed TileLang; CBS_ARGS e.g.
+  # --deep-gemm-keys (bake with the same)
   rm -rf /tmp/bakehome && mkdir -p /tmp/bakehome && tar xJf .lab/cpu-bake.tar.xz -C /tmp/bakehome &&
   # each start logs its cache keys' parts (compare with the bake's log: dsv4warmup.registry.cache_keys)
   ( lab patched; cd "$REPO" && echo "### serving starts on caches baked on a CPU-only machine" &&
     python3 -c 'import hashlib, sys; from triton.runtime.cache import triton_key
 print(sys.version.split()[0], "triton_key sha256", hashlib.sha256(triton_key().encode()).hexdigest())' &&
     PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
-      python3 -m dsv4warmup.gpu.serving_start --tilelang --home /tmp/bakehome \
+      python3 -m dsv4warmup.gpu.serving_start --tilelang ${CBS_ARGS:-} --home /tmp/bakehome \
         --starts serve-inductor,serve-aot --key-log "$OUT/cpu_bake_serve_keys" 2>&1 &&
     # TL_SITE_PATCH: then CBS_ROUNDS pairs of starts, the bundle's TileLang and the changed one
     if [ -n "${TL_SITE_PATCH:-}" ]; then
@@ -253,7 +254,7 @@ print(sys.version.split()[0], "triton_key sha256", hashlib.sha256(triton_key().e
           site=""; [ $tl = changed ] && site=/tmp/site-tlpatch:
           echo "### serving start on the bake, TileLang $tl"
           PYTHONPATH="$REPO/scripts:$site$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
-            python3 -m dsv4warmup.gpu.serving_start --tilelang --home /tmp/bakehome \
+            python3 -m dsv4warmup.gpu.serving_start --tilelang ${CBS_ARGS:-} --home /tmp/bakehome \
               --starts serve-inductor 2>&1 || exit 1
         done
       done

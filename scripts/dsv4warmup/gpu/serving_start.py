@@ -20,7 +20,8 @@ then ``JitWarmupRegistry.warmup()``:
   ``TRITON_CACHE_DIR`` itself).
 
 Triton's registrations are those of the sparse-MLA and spec-decode groups
-(``dsv4warmup.registry``); ``--tilelang`` adds the mHC group. Builds are
+(``dsv4warmup.registry``); ``--tilelang`` adds the mHC group (with
+``--deep-gemm-keys``, a DeepGEMM deployment's keys). Builds are
 counted by ``compile_counters.builds`` (Triton's ``cache_hit``, TileLang's
 ``from_database``). Prints one line per start (``--json``: one JSON list). ``--home`` runs the
 starts on an existing ``HOME``, e.g. caches baked on a CPU-only builder
@@ -58,7 +59,7 @@ COMPILE_HASH = "0123456789"
 
 
 @contextmanager
-def _registries(tilelang: bool) -> Iterator[tuple[list[Any], Any]]:
+def _registries(tilelang: bool, deep_gemm: bool) -> Iterator[tuple[list[Any], Any]]:
     """The deployment's registries, registrations made (the runner's
     load_model), and the sparse-MLA model they were made for."""
     import torch
@@ -73,7 +74,7 @@ def _registries(tilelang: bool) -> Iterator[tuple[list[Any], Any]]:
     ]
     with ExitStack() as stack:
         if tilelang:
-            _, _, registry = stack.enter_context(mhc.deployment_on_cuda(cfg, deep_gemm=False))
+            _, _, registry = stack.enter_context(mhc.deployment_on_cuda(cfg, deep_gemm))
             registries.append(registry)
         yield registries, model
 
@@ -100,7 +101,11 @@ def _compile_set_up(start: str) -> None:
 
 
 def child(
-    start: str, tilelang: bool, key_log: Path | None = None, sweep: bool = False
+    start: str,
+    tilelang: bool,
+    key_log: Path | None = None,
+    sweep: bool = False,
+    deep_gemm: bool = False,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
@@ -109,7 +114,7 @@ def child(
     from dsv4warmup.registry import cache_keys, sparse_mla
 
     out: dict[str, Any] = {"start": start}
-    with _registries(tilelang) as (registries, model):
+    with _registries(tilelang, deep_gemm) as (registries, model):
         _compile_set_up(start)
         triton_dir = os.environ.get("TRITON_CACHE_DIR")
         began = time.perf_counter()
@@ -144,9 +149,11 @@ def run_starts(
     starts: tuple[str, ...] = STARTS,
     key_log: Path | None = None,
     sweep: bool = False,
+    deep_gemm: bool = False,
 ) -> list[dict[str, Any]]:
     """Each of ``starts`` in its own process, in order, on ``home``; with
-    ``key_log``, each logs its cache keys to ``key_log/<start>.jsonl``."""
+    ``key_log``, each logs its cache keys to ``key_log/<start>.jsonl``;
+    ``deep_gemm``: the mHC keys of a deployment with DeepGEMM."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
     env["HOME"] = str(home)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "scripts"), env.get("PYTHONPATH", "")])
@@ -159,6 +166,8 @@ def run_starts(
             argv += ["--key-log", str(key_log)]
         if sweep:
             argv.append("--sweep")
+        if deep_gemm:
+            argv.append("--deep-gemm-keys")
         res = subprocess.run(
             argv,
             capture_output=True,
@@ -198,13 +207,18 @@ def main(argv: list[str] | None = None) -> int:
         help="after the warmup, run the sparse-MLA sweep (quick) and count the "
         "host modules (kernel launchers) Triton builds with the C compiler",
     )
+    parser.add_argument(
+        "--deep-gemm-keys",
+        action="store_true",
+        help="with --tilelang: the mHC keys of a deployment with DeepGEMM (the report's)",
+    )
     parser.add_argument("--child", choices=STARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.deep_gemm_keys and not args.tilelang:
+        parser.error("--deep-gemm-keys needs --tilelang")
     if args.child:
-        print(
-            RESULT + json.dumps(child(args.child, args.tilelang, args.key_log, args.sweep)),
-            flush=True,
-        )
+        result = child(args.child, args.tilelang, args.key_log, args.sweep, args.deep_gemm_keys)
+        print(RESULT + json.dumps(result), flush=True)
         return 0
     starts = tuple(args.starts.split(","))
     if not set(starts) <= set(STARTS):
@@ -212,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="serving-start-") as tmp:
         home = args.home.resolve() if args.home else Path(tmp) / "home"
         key_log = args.key_log.resolve() if args.key_log else None
-        results = run_starts(home, args.tilelang, starts, key_log, args.sweep)
+        results = run_starts(home, args.tilelang, starts, key_log, args.sweep, args.deep_gemm_keys)
         for r in results:
             for key in ("TRITON_CACHE_DIR", "after_warmup_TRITON_CACHE_DIR"):
                 if r[key]:

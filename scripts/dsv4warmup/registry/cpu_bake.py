@@ -2,7 +2,8 @@
 CPU-only image builder would, with a 0.34.0 tree's real registries.
 
 The registrations are those of the sparse-MLA, spec-decode and (unless
-``--no-tilelang``) mHC groups of ``FLASH`` on Model Runner V2, made by the
+``--no-tilelang``) mHC groups of ``FLASH`` on Model Runner V2 (the mHC keys of
+a deployment without DeepGEMM, or with it: ``--deep-gemm-keys``), made by the
 same drivers the GPU tests use (:mod:`dsv4warmup.gpu.serving_start`); then each
 registry's real ``warmup()`` compiles:
 
@@ -17,8 +18,8 @@ Nothing launches. The binaries go to the default caches under ``HOME``
 variable reads once patch 0013 is applied. Bake at the absolute path the
 server will read from: a Triton cache entry lists its files by absolute path.
 
-``python -m dsv4warmup.registry.cpu_bake [--no-tilelang] [--key-log FILE
-[--keys-only]]`` in an interpreter that imports the tree, with the server's
+``python -m dsv4warmup.registry.cpu_bake [--no-tilelang | --deep-gemm-keys]
+[--key-log FILE [--keys-only]]`` in an interpreter that imports the tree, with the server's
 Python, Triton and TileLang (Triton's key hashes its installed binary, one per
 Python); prints one JSON line (builds and disk reads per backend, seconds).
 ``--key-log`` logs every part of every cache key (:mod:`.cache_keys`);
@@ -39,10 +40,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def registries(
-    tilelang: bool, triton: bool = True
+    tilelang: bool, triton: bool = True, deep_gemm: bool = False
 ) -> list[tuple[Any, contextlib.AbstractContextManager[Any]]]:
     """``(registry, context its warmup runs in)`` per group, registrations
-    made; ``triton=False`` leaves out the Triton-only groups."""
+    made; ``triton=False`` leaves out the Triton-only groups; ``deep_gemm``:
+    the mHC keys of a deployment with DeepGEMM (the report's)."""
     from dsv4warmup.serving import FLASH
 
     from . import engine, lifecycle, mhc, sparse_mla, spec_decode
@@ -60,19 +62,24 @@ def registries(
             ),
         ]
     if tilelang:
-        # The lab's deployment: no DeepGEMM (mhc.deployment_on_cuda(cfg, False)).
-        with mhc.deep_gemm_env(False):
+        # As mhc.deployment_on_cuda(cfg, deep_gemm) on the GPU.
+        with mhc.deep_gemm_env(deep_gemm):
             with lifecycle.selected("v2"):
                 config = engine.vllm_config(FLASH)
             registry = lifecycle.warm_registry(config, "v2", mhc.register)
         stack = contextlib.ExitStack()
-        stack.enter_context(mhc.deep_gemm_env(False))
+        stack.enter_context(mhc.deep_gemm_env(deep_gemm))
         stack.enter_context(mhc._device())
         out.append((registry, stack))
     return out
 
 
-def bake(tilelang: bool, key_log: Path | None = None, keys_only: bool = False) -> dict[str, Any]:
+def bake(
+    tilelang: bool,
+    key_log: Path | None = None,
+    keys_only: bool = False,
+    deep_gemm: bool = False,
+) -> dict[str, Any]:
     import os
 
     if sys.version_info < (3, 11, 8):
@@ -86,7 +93,7 @@ def bake(tilelang: bool, key_log: Path | None = None, keys_only: bool = False) -
 
     # Keys only: the TileLang group, nothing built (Triton computes its key
     # only on the way to a build).
-    groups = registries(tilelang, triton=not keys_only)
+    groups = registries(tilelang, triton=not keys_only, deep_gemm=deep_gemm)
     began = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(lifecycle.cpu_triton_driver())
@@ -114,10 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --key-log: log the TileLang group's keys, build nothing",
     )
+    parser.add_argument(
+        "--deep-gemm-keys",
+        action="store_true",
+        help="the mHC keys of a deployment with DeepGEMM (the report's)",
+    )
     args = parser.parse_args(argv)
     if args.keys_only and (args.key_log is None or args.no_tilelang):
         parser.error("--keys-only needs --key-log and the TileLang group")
-    print(json.dumps(bake(not args.no_tilelang, args.key_log, args.keys_only)))
+    if args.deep_gemm_keys and args.no_tilelang:
+        parser.error("--deep-gemm-keys needs the TileLang group")
+    result = bake(not args.no_tilelang, args.key_log, args.keys_only, args.deep_gemm_keys)
+    print(json.dumps(result))
     return 0
 
 
