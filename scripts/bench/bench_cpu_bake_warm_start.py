@@ -2,10 +2,11 @@
 as released vs with a TileLang change applied (CPU; by hand).
 
     PYTHONPATH=scripts python scripts/bench/bench_cpu_bake_warm_start.py \\
-        [--patch patches/tilelang/v0.1.15/0001-*.patch] [--rounds 3]
+        [--patch patches/tilelang/v0.1.15/0001-*.patch] [--rounds 3] [--deep-gemm-keys]
 
-The patched 0.34.0 tree's registrations of the report's deployment (no DeepGEMM:
-the sparse-MLA, spec-decode and mHC groups, :mod:`dsv4warmup.registry.cpu_bake`)
+The patched 0.34.0 tree's registrations of the report's deployment (the
+sparse-MLA, spec-decode and mHC groups, :mod:`dsv4warmup.registry.cpu_bake`; the
+mHC keys without DeepGEMM, or with it: ``--deep-gemm-keys``)
 are baked once for sm_90a with the released TileLang into a fresh ``HOME``; then
 each round runs the whole registry warmup on that ``HOME`` with the released and
 with the changed TileLang, one fresh process each. Both must read every key and
@@ -25,12 +26,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _bake(site: Path, home: Path) -> dict[str, Any]:
+def _registry_warmup(site: Path, home: Path, deep_gemm: bool) -> dict[str, Any]:
+    """One ``cpu_bake`` process on ``home``: it builds what is missing and
+    reads the rest."""
     from dsv4warmup import trees
 
     os.environ["HOME"] = str(home)
+    args = ["-m", "dsv4warmup.registry.cpu_bake"] + (["--deep-gemm-keys"] if deep_gemm else [])
     result: dict[str, Any] = trees.json_from_tree(
-        trees.patched_tree("0.34.0"), "-m", "dsv4warmup.registry.cpu_bake", toolchain=[site]
+        trees.patched_tree("0.34.0"), *args, toolchain=[site]
     )
     return result
 
@@ -42,6 +46,7 @@ def main() -> None:
     default = next((REPO / "patches" / "tilelang" / "v0.1.15").glob("0001-*.patch"))
     ap.add_argument("--patch", type=Path, default=default)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--deep-gemm-keys", action="store_true")
     args = ap.parse_args()
 
     for name in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR"):
@@ -52,12 +57,12 @@ def main() -> None:
         "changed": tilelang_site.patched_site("0.1.15", args.patch),
     }
     home = Path(tempfile.mkdtemp(prefix="bench-cpu-bake-"))
-    cold = _bake(sites["released"], home)
+    cold = _registry_warmup(sites["released"], home, args.deep_gemm_keys)
     print(f"bake, released TileLang: {cold}", flush=True)
     warm: dict[str, list[float]] = {name: [] for name in sites}
     for _ in range(args.rounds):
         for name, site in sites.items():
-            result = _bake(site, home)
+            result = _registry_warmup(site, home, args.deep_gemm_keys)
             print(f"warm, {name:>8} TileLang: {result}", flush=True)
             if result["tilelang_built"] or result["triton_built"]:
                 raise SystemExit(f"the {name} TileLang built on a baked HOME: {result}")
