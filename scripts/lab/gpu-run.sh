@@ -244,9 +244,10 @@ phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on thi
   ( lab patched; cd "$REPO" && echo "### serving starts on caches baked on a CPU-only machine" &&
     python3 -c 'import hashlib, sys; from triton.runtime.cache import triton_key
 print(sys.version.split()[0], "triton_key sha256", hashlib.sha256(triton_key().encode()).hexdigest())' &&
-    PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
+    # CBS_FIRST: the starts that log their keys (empty: none)
+    { [ -z "${CBS_FIRST-serve-inductor,serve-aot}" ] || PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
       python3 -m dsv4warmup.gpu.serving_start --tilelang ${CBS_ARGS:-} --home /tmp/bakehome \
-        --starts serve-inductor,serve-aot --key-log "$OUT/cpu_bake_serve_keys" 2>&1 &&
+        --starts ${CBS_FIRST-serve-inductor,serve-aot} --key-log "$OUT/cpu_bake_serve_keys" 2>&1; } &&
     # TL_SITE_PATCH: then CBS_ROUNDS pairs of starts, the bundle's TileLang and the changed one
     if [ -n "${TL_SITE_PATCH:-}" ]; then
       tlpatch_site && for _ in $(seq ${CBS_ROUNDS:-3}); do
