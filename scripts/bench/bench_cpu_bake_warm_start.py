@@ -26,12 +26,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _registry_warmup(site: Path, home: Path, deep_gemm: bool) -> dict[str, Any]:
-    """One ``cpu_bake`` process on ``home``: it builds what is missing and
+def _registry_warmup(site: Path, deep_gemm: bool) -> dict[str, Any]:
+    """One ``cpu_bake`` process on ``HOME``: it builds what is missing and
     reads the rest."""
     from dsv4warmup import trees
 
-    os.environ["HOME"] = str(home)
     args = ["-m", "dsv4warmup.registry.cpu_bake"] + (["--deep-gemm-keys"] if deep_gemm else [])
     result: dict[str, Any] = trees.json_from_tree(
         trees.patched_tree("0.34.0"), *args, toolchain=[site]
@@ -56,13 +55,13 @@ def main() -> None:
         "released": tilelang_site.site_for_version("0.1.15"),
         "changed": tilelang_site.patched_site("0.1.15", args.patch),
     }
-    home = Path(tempfile.mkdtemp(prefix="bench-cpu-bake-"))
-    cold = _registry_warmup(sites["released"], home, args.deep_gemm_keys)
+    os.environ["HOME"] = tempfile.mkdtemp(prefix="bench-cpu-bake-")
+    cold = _registry_warmup(sites["released"], args.deep_gemm_keys)
     print(f"bake, released TileLang: {cold}", flush=True)
     warm: dict[str, list[float]] = {name: [] for name in sites}
     for _ in range(args.rounds):
         for name, site in sites.items():
-            result = _registry_warmup(site, home, args.deep_gemm_keys)
+            result = _registry_warmup(site, args.deep_gemm_keys)
             print(f"warm, {name:>8} TileLang: {result}", flush=True)
             if result["tilelang_built"] or result["triton_built"]:
                 raise SystemExit(f"the {name} TileLang built on a baked HOME: {result}")

@@ -235,29 +235,31 @@ phase_serving_start() {  # scripts/dsv4warmup/gpu/serving_start.py: a pre-warm, 
   done
 }
 
+serve_on_bake() {  # serve_on_bake SITE_PREFIX ARGS...: serving_start on the unpacked bake, with
+  # SITE_PREFIX ("DIR:" or "") first on PYTHONPATH (inside `lab patched`)
+  local site=$1; shift
+  PYTHONPATH="$REPO/scripts:$site$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
+    python3 -m dsv4warmup.gpu.serving_start --tilelang ${CBS_ARGS:-} --home /tmp/bakehome "$@" 2>&1
+}
+
 phase_cpu_bake_serve() {  # serving starts (patched tree) on caches baked on this repo's CPU-only
   # machine by dsv4warmup.registry.cpu_bake (.lab/cpu-bake.tar.xz, unpacked at the HOME it was baked in);
   # TL_SITE_PATCH adds alternating starts on the bundle's and the changed TileLang; CBS_ARGS e.g.
   # --deep-gemm-keys (bake with the same)
+  local first=${CBS_FIRST-serve-inductor,serve-aot}  # the starts that log their keys (empty: none)
   rm -rf /tmp/bakehome && mkdir -p /tmp/bakehome && tar xJf .lab/cpu-bake.tar.xz -C /tmp/bakehome &&
   # each start logs its cache keys' parts (compare with the bake's log: dsv4warmup.registry.cache_keys)
   ( lab patched; cd "$REPO" && echo "### serving starts on caches baked on a CPU-only machine" &&
     python3 -c 'import hashlib, sys; from triton.runtime.cache import triton_key
 print(sys.version.split()[0], "triton_key sha256", hashlib.sha256(triton_key().encode()).hexdigest())' &&
-    # CBS_FIRST: the starts that log their keys (empty: none)
-    { [ -z "${CBS_FIRST-serve-inductor,serve-aot}" ] || PYTHONPATH="$REPO/scripts:$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
-      python3 -m dsv4warmup.gpu.serving_start --tilelang ${CBS_ARGS:-} --home /tmp/bakehome \
-        --starts ${CBS_FIRST-serve-inductor,serve-aot} --key-log "$OUT/cpu_bake_serve_keys" 2>&1; } &&
+    { [ -z "$first" ] || serve_on_bake "" --starts "$first" --key-log "$OUT/cpu_bake_serve_keys"; } &&
     # TL_SITE_PATCH: then CBS_ROUNDS pairs of starts, the bundle's TileLang and the changed one
     if [ -n "${TL_SITE_PATCH:-}" ]; then
       tlpatch_site && for _ in $(seq ${CBS_ROUNDS:-3}); do
-        for tl in bundled changed; do
-          site=""; [ $tl = changed ] && site=/tmp/site-tlpatch:
-          echo "### serving start on the bake, TileLang $tl"
-          PYTHONPATH="$REPO/scripts:$site$PYTHONPATH" timeout ${PHASE_TIMEOUT:-900} \
-            python3 -m dsv4warmup.gpu.serving_start --tilelang ${CBS_ARGS:-} --home /tmp/bakehome \
-              --starts serve-inductor 2>&1 || exit 1
-        done
+        echo "### serving start on the bake, TileLang bundled"
+        serve_on_bake "" --starts serve-inductor || exit 1
+        echo "### serving start on the bake, TileLang changed"
+        serve_on_bake /tmp/site-tlpatch: --starts serve-inductor || exit 1
       done
     fi )
 }
