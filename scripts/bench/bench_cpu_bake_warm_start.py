@@ -2,7 +2,8 @@
 as released vs with a TileLang change applied (CPU; by hand).
 
     PYTHONPATH=scripts python scripts/bench/bench_cpu_bake_warm_start.py \\
-        [--patch patches/tilelang/v0.1.15/0001-*.patch] [--rounds 3] [--deep-gemm-keys]
+        [--patch patches/tilelang/v0.1.15/0001-*.patch] [--rounds 3] [--deep-gemm-keys] \\
+        [--compile-factors-first]
 
 The patched 0.34.0 tree's registrations of the report's deployment (the
 sparse-MLA, spec-decode and mHC groups, :mod:`dsv4warmup.registry.cpu_bake`; the
@@ -11,7 +12,9 @@ are baked once for sm_90a with the released TileLang into a fresh ``HOME``; then
 each round runs the whole registry warmup on that ``HOME`` with the released and
 with the changed TileLang, one fresh process each. Both must read every key and
 build none (the change keeps the cache keys); printed: each run's seconds and
-counts, then the median per TileLang.
+counts, then the median per TileLang. ``--compile-factors-first``: each warm
+run first computes, untimed, the compiler factors a torch.compile start
+computes before its JIT warmup (Triton's ``triton_key()`` among them).
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _registry_warmup(site: Path, deep_gemm: bool) -> dict[str, Any]:
+def _registry_warmup(site: Path, flags: list[str]) -> dict[str, Any]:
     """One ``cpu_bake`` process on ``HOME``: it builds what is missing and
     reads the rest."""
     from dsv4warmup import trees
 
-    args = ["-m", "dsv4warmup.registry.cpu_bake"] + (["--deep-gemm-keys"] if deep_gemm else [])
+    args = ["-m", "dsv4warmup.registry.cpu_bake", *flags]
     result: dict[str, Any] = trees.json_from_tree(
         trees.patched_tree("0.34.0"), *args, toolchain=[site]
     )
@@ -46,7 +49,10 @@ def main() -> None:
     ap.add_argument("--patch", type=Path, default=default)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--deep-gemm-keys", action="store_true")
+    ap.add_argument("--compile-factors-first", action="store_true")
     args = ap.parse_args()
+    keys = ["--deep-gemm-keys"] if args.deep_gemm_keys else []
+    warm_flags = keys + (["--compile-factors-first"] if args.compile_factors_first else [])
 
     for name in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR"):
         os.environ.pop(name, None)
@@ -56,12 +62,12 @@ def main() -> None:
         "changed": tilelang_site.patched_site("0.1.15", args.patch),
     }
     os.environ["HOME"] = tempfile.mkdtemp(prefix="bench-cpu-bake-")
-    cold = _registry_warmup(sites["released"], args.deep_gemm_keys)
+    cold = _registry_warmup(sites["released"], keys)
     print(f"bake, released TileLang: {cold}", flush=True)
     warm: dict[str, list[float]] = {name: [] for name in sites}
     for _ in range(args.rounds):
         for name, site in sites.items():
-            result = _registry_warmup(site, args.deep_gemm_keys)
+            result = _registry_warmup(site, warm_flags)
             print(f"warm, {name:>8} TileLang: {result}", flush=True)
             if result["tilelang_built"] or result["triton_built"]:
                 raise SystemExit(f"the {name} TileLang built on a baked HOME: {result}")

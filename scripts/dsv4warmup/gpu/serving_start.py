@@ -11,9 +11,10 @@ then ``JitWarmupRegistry.warmup()``:
 
 * ``prewarm``: no torch.compile (what a pre-warm step or an
   ``--enforce-eager`` start does);
-* ``serve-inductor``: vLLM's ``InductorAdaptor.initialize_cache`` for the
-  model's compile cache, as ``VllmBackend`` calls it without AOT compile
-  (``initialize_inductor_cache`` points ``TRITON_CACHE_DIR`` into it);
+* ``serve-inductor``: vLLM's ``InductorAdaptor.compile_factors`` and
+  ``initialize_cache`` for the model's compile cache, as ``VllmBackend`` calls
+  them without AOT compile (``initialize_inductor_cache`` points
+  ``TRITON_CACHE_DIR`` into it);
 * ``serve-aot``: AOT compile, the default with torch >= 2.10: vLLM's
   ``TORCHINDUCTOR_CACHE_DIR`` for the compile hash (as ``decorators.py`` sets
   it), then one Inductor-compiled function run on the GPU (Inductor then sets
@@ -79,7 +80,7 @@ def _registries(tilelang: bool, deep_gemm: bool) -> Iterator[tuple[list[Any], An
         yield registries, model
 
 
-def _compile_set_up(start: str) -> None:
+def _compile_set_up(start: str, vllm_config: Any) -> None:
     """What torch.compile does to the process before the JIT warmup runs."""
     import vllm.envs as envs
 
@@ -87,8 +88,13 @@ def _compile_set_up(start: str) -> None:
     if start == "serve-inductor":
         from vllm.compilation.compiler_interface import InductorAdaptor
 
+        adaptor = InductorAdaptor(use_aot_compile=False)
+        # VllmBackend hashes the compiler's factors for the cache folder's
+        # name first; they include Triton's triton_key(), which hashes its
+        # installed binary once per process (0.3-0.5 s).
+        adaptor.compile_factors(vllm_config)
         cache_dir = os.path.join(root, COMPILE_HASH, "rank_0_0", "backbone")
-        InductorAdaptor(use_aot_compile=False).initialize_cache(cache_dir, prefix="backbone")
+        adaptor.initialize_cache(cache_dir, prefix="backbone")
     elif start == "serve-aot":
         import torch
 
@@ -115,7 +121,7 @@ def child(
 
     out: dict[str, Any] = {"start": start}
     with _registries(tilelang, deep_gemm) as (registries, model):
-        _compile_set_up(start)
+        _compile_set_up(start, model.vllm_config)
         triton_dir = os.environ.get("TRITON_CACHE_DIR")
         began = time.perf_counter()
         with ExitStack() as stack:

@@ -19,11 +19,15 @@ variable reads once patch 0013 is applied. Bake at the absolute path the
 server will read from: a Triton cache entry lists its files by absolute path.
 
 ``python -m dsv4warmup.registry.cpu_bake [--no-tilelang | --deep-gemm-keys]
-[--key-log FILE [--keys-only]]`` in an interpreter that imports the tree, with the server's
+[--key-log FILE [--keys-only]] [--compile-factors-first]`` in an interpreter that imports the tree, with the server's
 Python, Triton and TileLang (Triton's key hashes its installed binary, one per
 Python); prints one JSON line (builds and disk reads per backend, seconds).
 ``--key-log`` logs every part of every cache key (:mod:`.cache_keys`);
 ``--keys-only`` logs the TileLang group's keys and builds nothing.
+``--compile-factors-first`` computes, untimed, what a serving start with
+torch.compile computes before its JIT warmup: the compiler's cache factors
+(``VllmBackend`` names the compile cache folder by them), which include
+Triton's ``triton_key()``, a hash of its installed binary paid once per process.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ def bake(
     key_log: Path | None = None,
     keys_only: bool = False,
     deep_gemm: bool = False,
+    compile_factors_first: bool = False,
 ) -> dict[str, Any]:
     import os
 
@@ -94,6 +99,10 @@ def bake(
     # Keys only: the TileLang group, nothing built (Triton computes its key
     # only on the way to a build).
     groups = registries(tilelang, triton=not keys_only, deep_gemm=deep_gemm)
+    if compile_factors_first:
+        from vllm.compilation.compiler_interface import InductorAdaptor
+
+        InductorAdaptor(use_aot_compile=False).compile_factors(groups[0][0].vllm_config)
     began = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(lifecycle.cpu_triton_driver())
@@ -126,12 +135,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the mHC keys of a deployment with DeepGEMM (the report's)",
     )
+    parser.add_argument(
+        "--compile-factors-first",
+        action="store_true",
+        help="first compute (untimed) the compiler factors a torch.compile start hashes",
+    )
     args = parser.parse_args(argv)
     if args.keys_only and (args.key_log is None or args.no_tilelang):
         parser.error("--keys-only needs --key-log and the TileLang group")
     if args.deep_gemm_keys and args.no_tilelang:
         parser.error("--deep-gemm-keys needs the TileLang group")
-    result = bake(not args.no_tilelang, args.key_log, args.keys_only, args.deep_gemm_keys)
+    result = bake(
+        not args.no_tilelang,
+        args.key_log,
+        args.keys_only,
+        args.deep_gemm_keys,
+        args.compile_factors_first,
+    )
     print(json.dumps(result))
     return 0
 
