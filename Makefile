@@ -19,7 +19,7 @@ MODE ?= apply
 BASE ?= 0.34.0
 TREE_ARG = $(if $(VLLM_DIR),--tree $(call q,$(VLLM_DIR)))
 
-.PHONY: all setup fetch apply check revert status audit audit-sample test test-gpu mutants lint devtree regen port fingerprints lab clean
+.PHONY: all setup fetch apply check revert status audit audit-sample test test-frozen test-gpu mutants lint devtree regen port fingerprints lab clean
 
 all: setup apply audit
 
@@ -76,6 +76,12 @@ test: setup fetch
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "error: no tests collected" >&2; \
 	  [ $$rc -ne 5 ] && exit $$rc || exit 1
+
+# The frozen bases (0.25.1, 0.26.0) keep their apply/revert and audit in
+# `make test`; their other coverage tests (key equality with pristine, the
+# configuration-space boundaries, 0.25.1's key tests) run here.
+test-frozen: setup fetch
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "frozen and not gpu" tests
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu tests/gpu

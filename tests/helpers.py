@@ -8,6 +8,16 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+
+def base_params(bases: list[str] | tuple[str, ...]) -> list[Any]:
+    """``bases`` for ``parametrize``, the frozen ones marked ``frozen`` (not in
+    CI: ``make test-frozen``)."""
+    import pytest
+    from dsv4warmup.sources import FROZEN_BASES
+
+    return [pytest.param(b, marks=pytest.mark.frozen) if b in FROZEN_BASES else b for b in bases]
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -1,4 +1,5 @@
-"""The key-coverage audit (``make audit``): pristine vs patched vLLM 0.26.0.
+"""The key-coverage audit (``make audit``): pristine vs patched vLLM 0.26.0 and
+0.25.1, the frozen bases (CI keeps their apply/revert and this audit).
 
 Each tree is audited once, in its own interpreter (``audit.rows_for_tree``),
 through the real ``dsv4warmup audit`` CLI; the tests read its printed tables
@@ -37,19 +38,29 @@ MHC_KERNELS = (
 )
 # DeepGEMM's tf32 prenorm GEMM (the 12th kernel) is not JIT-compiled by
 # vLLM's TileLang / Triton path and has no row here.
-KERNELS = (*SPEC_DECODE_KERNELS, C128A, COMBINE, *MHC_KERNELS)
+
 FIELDS = {"kernel", "runtime_keys", "warmed_keys", "missing", "wasted", "group"}
 
 
-@pytest.fixture(scope="module")
-def audited(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One run of ``dsv4warmup audit --json-out``: exit code, JSON, stdout."""
+def _mhc_kernels(base: str) -> tuple[str, ...]:
+    # The 0.25.1 port has no broadcast first-layer path.
+    broadcast = "mhc_pre_big_fuse_broadcast_with_norm_tilelang"
+    return tuple(k for k in MHC_KERNELS if base != "0.25.1" or k != broadcast)
+
+
+@pytest.fixture(scope="module", params=["0.26.0", "0.25.1"])
+def audited(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """One run of ``dsv4warmup audit --json-out`` per base: base, exit code,
+    JSON, stdout."""
+    base = request.param
     path = tmp_path_factory.mktemp("audit") / "audit.json"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = main(["audit", "--base", "0.26.0", "--json-out", str(path)])
+        rc = main(["audit", "--base", base, "--json-out", str(path)])
     print(out.getvalue())  # shown with -s / on failure
-    return {"rc": rc, "json": json.loads(path.read_text()), "stdout": out.getvalue()}
+    return {"base": base, "rc": rc, "json": json.loads(path.read_text()), "stdout": out.getvalue()}
 
 
 def _by_kernel(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -74,8 +85,9 @@ def test_json_schema(audited: dict[str, Any]) -> None:
 
 def test_patched_tree_misses_nothing(audited: dict[str, Any]) -> None:
     rows = _by_kernel(audited["json"]["patched"])
-    assert set(KERNELS) <= set(rows)
-    for kernel in KERNELS:
+    kernels = (*SPEC_DECODE_KERNELS, C128A, COMBINE, *_mhc_kernels(audited["base"]))
+    assert set(kernels) <= set(rows)
+    for kernel in kernels:
         assert rows[kernel]["missing"] == 0, rows[kernel]
     assert audited["rc"] == 0
     assert "patched tree: 0 runtime key(s) not warmed" in audited["stdout"]
@@ -83,7 +95,7 @@ def test_patched_tree_misses_nothing(audited: dict[str, Any]) -> None:
 
 def test_patched_tree_warms_every_reached_kernel(audited: dict[str, Any]) -> None:
     rows = _by_kernel(audited["json"]["patched"])
-    for kernel in (C128A, COMBINE, *MHC_KERNELS, *SPEC_DECODE_KERNELS):
+    for kernel in (C128A, COMBINE, *_mhc_kernels(audited["base"]), *SPEC_DECODE_KERNELS):
         if rows[kernel]["runtime_keys"]:
             assert rows[kernel]["warmed_keys"] >= rows[kernel]["runtime_keys"]
 
@@ -101,7 +113,7 @@ def test_pristine_tree_shows_the_known_gaps(audited: dict[str, Any]) -> None:
     for kernel in (C128A, *(k for k in SPEC_DECODE_KERNELS if k != SPEC_DECODE_KERNELS[2])):
         assert rows[kernel]["missing"] > 0, kernel
     # Upstream's mHC warmup is a no-op on NVIDIA.
-    for kernel in MHC_KERNELS:
+    for kernel in _mhc_kernels(audited["base"]):
         assert rows[kernel]["runtime_keys"] > 0
         assert rows[kernel]["warmed_keys"] == 0
         assert rows[kernel]["missing"] == rows[kernel]["runtime_keys"]
@@ -112,10 +124,10 @@ def test_pristine_tree_shows_the_known_gaps(audited: dict[str, Any]) -> None:
 
 
 def test_tables_are_printed(audited: dict[str, Any]) -> None:
-    out = audited["stdout"]
-    assert "pristine vLLM 0.26.0" in out and "patched vLLM 0.26.0" in out
-    assert "<-- MISSING" in out.split("patched vLLM 0.26.0")[0]
-    assert "<-- MISSING" not in out.split("patched vLLM 0.26.0")[1]
+    out, base = audited["stdout"], audited["base"]
+    assert f"pristine vLLM {base}" in out and f"patched vLLM {base}" in out
+    assert "<-- MISSING" in out.split(f"patched vLLM {base}")[0]
+    assert "<-- MISSING" not in out.split(f"patched vLLM {base}")[1]
 
 
 # --- mutation: the real comparison on the patched tree, one warmup call dropped --

@@ -11,12 +11,14 @@ vLLM's own answer for the configurations it refuses.
   default base (CI: 2; ``make audit-sample N=...`` more) and
   ``DSV4_AUDIT_EXAMPLES_OTHER`` on the others (CI: 0: 0.33.0 is kept, 0.26.0
   and 0.25.1 are frozen), ``DSV4_AUDIT_BOUNDARIES`` boundaries on every base
-  (CI: all), ``DSV4_AUDIT_DEADLINE_S`` seconds of drawing per base.
+  (CI: all), ``DSV4_AUDIT_DEADLINE_S`` seconds of drawing per base. The frozen
+  bases' runs of both tests are marked ``frozen``: not in CI, ``make
+  test-frozen`` runs them.
   The seed is printed (``DSV4_AUDIT_SEED`` sets it); every audited point is
   printed as the ``make audit SERVE_ARGS=...`` line that reproduces it.
 * Refusals: each bad value of issue #19 and a config file that is missing,
   unreadable or not DeepSeek V4 gives ``error: <flag>: <message>`` (one line),
-  exit 2, no traceback, on every base.
+  exit 2, no traceback, on every base (the frozen ones with ``make test-frozen``).
 
 The patched 0.33.0 tree is ``trees.patched_tree("0.33.0")`` once
 ``patches/v0.33.0`` exists; ``DSV4_V033_PATCHED_TREE`` names another (a dev
@@ -38,6 +40,7 @@ import pytest
 from dsv4warmup import configspace, series, sources, trees
 from dsv4warmup.generation import is_registry_era
 from dsv4warmup.paths import REPO
+from helpers import base_params
 
 EXAMPLES = int(os.environ.get("DSV4_AUDIT_EXAMPLES", "2"))
 EXAMPLES_OTHER = int(os.environ.get("DSV4_AUDIT_EXAMPLES_OTHER", "0"))
@@ -133,7 +136,7 @@ def _sample(tree: Path, base: str, args: list[Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("base", base_params(BASES))
 def test_property_patched_misses_no_key(base: str) -> None:
     tree = _patched(base)
     assert tree is not None
@@ -216,7 +219,7 @@ def _bad_points(files: dict[str, str]) -> list[tuple[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("base", ["0.34.0", "0.33.0", "0.26.0", "0.25.1"])
+@pytest.mark.parametrize("base", base_params(["0.34.0", "0.33.0", "0.26.0", "0.25.1"]))
 def test_refused_values_name_the_flag(base: str, config_files: dict[str, str]) -> None:
     """All refusals resolved in one interpreter of the pristine tree."""
     cases = _bad_points(config_files)

@@ -21,6 +21,7 @@ import pytest
 from dsv4warmup import keysets, series, trees
 from dsv4warmup.generation import is_registry_era
 from dsv4warmup.registry.lifecycle import runners_in_tree
+from helpers import base_params
 
 # Every kernel the sweeps must reach, so an empty comparison cannot pass.
 REACHED_SEED_LAYOUT = {
@@ -83,7 +84,7 @@ def _both_trees(base: str) -> tuple[keysets.KeySets, keysets.KeySets]:
     return pristine, patched
 
 
-@pytest.mark.parametrize("base", series.available_bases())
+@pytest.mark.parametrize("base", base_params(series.available_bases()))
 def test_patched_launches_what_pristine_launches(base: str) -> None:
     pristine, patched = _both_trees(base)
     for group, kernels in reached(base).items():
