@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Iterator
 from unittest import mock
 
+from dsv4warmup.registry.cache_keys import tilelang_kernel_name, triton_kernel_name
+
 
 @contextlib.contextmanager
 def triton_compiles() -> Iterator[Counter[str]]:
@@ -67,9 +69,7 @@ def builds() -> Iterator[Counter[tuple[str, str, bool]]]:
     previous = knobs.compilation.listener
 
     def listener(*, src, cache_hit, **kwargs):  # type: ignore[no-untyped-def]
-        fn = getattr(src, "fn", None)
-        name = getattr(getattr(fn, "fn", None), "__qualname__", getattr(src, "name", "?"))
-        counts[("triton", name, bool(cache_hit))] += 1
+        counts[("triton", triton_kernel_name(src), bool(cache_hit))] += 1
         if previous is not None:
             previous(src=src, cache_hit=cache_hit, **kwargs)
 
@@ -86,10 +86,7 @@ def builds() -> Iterator[Counter[tuple[str, str, bool]]]:
     def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         from_disk = signature.bind(self, *args, **kwargs).arguments.get("from_database", False)
         original_init(self, *args, **kwargs)
-        func = getattr(self, "prim_func", None)
-        name = (
-            str(getattr(func, "attrs", {}).get("global_symbol", "tilelang")) if func else "tilelang"
-        )
+        name = tilelang_kernel_name(getattr(self, "prim_func", None))
         counts[("tilelang", name, bool(from_disk))] += 1
 
     knobs.compilation.listener = listener

@@ -27,6 +27,18 @@ from typing import Any
 from unittest import mock
 
 
+def triton_kernel_name(src: Any) -> str:
+    """The ``@triton.jit`` function's name of a compile's ``ASTSource``."""
+    fn = getattr(getattr(src, "fn", None), "fn", None)
+    return str(getattr(fn, "__qualname__", getattr(src, "name", "?")))
+
+
+def tilelang_kernel_name(prim_func: Any) -> str:
+    """A TileLang kernel's name: its ``PrimFunc``'s global symbol."""
+    attrs = getattr(prim_func, "attrs", None) or {}
+    return str(attrs.get("global_symbol", "?"))
+
+
 @contextlib.contextmanager
 def record(path: Path, build: bool = True) -> Iterator[None]:
     """While active, append one JSON line per Triton and TileLang cache key
@@ -44,10 +56,9 @@ def record(path: Path, build: bool = True) -> Iterator[None]:
         from triton.runtime.cache import triton_key
 
         key = real_triton_key_of(src, backend, options, env_vars=env_vars)
-        fn = getattr(getattr(src, "fn", None), "fn", None)
         entry = {
             "backend": "triton",
-            "kernel": getattr(fn, "__qualname__", getattr(src, "name", "?")),
+            "kernel": triton_kernel_name(src),
             "key": hashlib.sha256(key.encode()).hexdigest(),
             "parts": {
                 "triton_key": hashlib.sha256(triton_key().encode()).hexdigest(),
@@ -118,9 +129,14 @@ def _record_tilelang(log: _LineLog, folder: Path) -> Iterator[None]:
             "compile_flags": repr(kw.get("compile_flags")),
             "base": json.dumps(KernelCache._get_base_key(), sort_keys=True),
         }
-        attrs = getattr(func, "attrs", None) or {}
-        name = str(attrs.get("global_symbol", "?"))
-        log.write({"backend": "tilelang", "kernel": name, "key": key, "parts": parts})
+        log.write(
+            {
+                "backend": "tilelang",
+                "kernel": tilelang_kernel_name(func),
+                "key": key,
+                "parts": parts,
+            }
+        )
         return key
 
     with mock.patch.object(KernelCache, "_generate_key", generate_key):
