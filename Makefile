@@ -79,7 +79,8 @@ test: setup fetch
 
 # The frozen bases (0.25.1, 0.26.0) keep their apply/revert and audit in
 # `make test`; their other coverage tests (key equality with pristine, the
-# configuration-space boundaries, 0.25.1's key tests) run here.
+# configuration-space boundaries, 0.25.1's key tests, the 0.26.0 pre-warm entry
+# point's sweep and bad-flag refusals) run here.
 test-frozen: setup fetch
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "frozen and not gpu" tests
 
