@@ -65,7 +65,7 @@ audit: setup
 N ?= 20
 audit-sample: setup
 	DSV4_AUDIT_EXAMPLES=$(N) DSV4_AUDIT_DEADLINE_S=$${DSV4_AUDIT_DEADLINE_S:-7200} $(if $(SEED),DSV4_AUDIT_SEED=$(SEED)) \
-	  $(PY) -m pytest -q -p no:cacheprovider -s tests/cpu/test_config_space.py -k property
+	  $(PY) -m pytest -q -p no:cacheprovider -m "not gpu" -s tests/cpu/test_config_space.py -k property
 
 # pytest exits 5 when it collected nothing: that is a failure here. Test files
 # are spread over TEST_WORKERS processes, each file whole (its fixtures run once).
