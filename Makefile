@@ -65,7 +65,7 @@ audit: setup
 N ?= 20
 audit-sample: setup
 	DSV4_AUDIT_EXAMPLES=$(N) DSV4_AUDIT_DEADLINE_S=$${DSV4_AUDIT_DEADLINE_S:-7200} $(if $(SEED),DSV4_AUDIT_SEED=$(SEED)) \
-	  $(PY) -m pytest -q -p no:cacheprovider -m "not gpu" -s tests/cpu/test_config_space.py -k property
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/cpu/test_config_space.py -k property
 
 # pytest exits 5 when it collected nothing: that is a failure here. Test files
 # are spread over TEST_WORKERS processes, each file whole (its fixtures run once).
@@ -73,7 +73,7 @@ audit-sample: setup
 # not every tree-building test erroring at setup.
 TEST_WORKERS ?= 2
 test: setup fetch
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not gpu and not frozen" tests; rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "error: no tests collected" >&2; \
 	  [ $$rc -ne 5 ] && exit $$rc || exit 1
 

@@ -456,8 +456,7 @@ def run_tests(root: Path, tests: tuple[str, ...]) -> tuple[int, list[str], str]:
     env = {k: v for k, v in os.environ.items() if k not in _ENV_OVERRIDES}
     report = root / "build" / "mutant-report.xml"
     report.unlink(missing_ok=True)
-    # -m: the named tests run even where they are marked frozen (not in CI).
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not gpu"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
     res = subprocess.run(
         [*cmd, f"--junitxml={report}", *tests],
         cwd=root,

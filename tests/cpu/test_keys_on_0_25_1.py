@@ -33,9 +33,7 @@ DESELECT = "not bad_flags_exit_2"
 
 def _run_on(tree: str, repo: str, test_file: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        # -m: the tests these files mark frozen (for 0.26.0) run here too.
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu"]
-        + ["-k", DESELECT, test_file],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", DESELECT, test_file],
         cwd=repo,
         env=dict(os.environ, DSV4_VLLM_TREE=tree),
         capture_output=True,
