@@ -51,8 +51,8 @@ def main() -> None:
     ap.add_argument("--deep-gemm-keys", action="store_true")
     ap.add_argument("--compile-factors-first", action="store_true")
     args = ap.parse_args()
-    keys = ["--deep-gemm-keys"] if args.deep_gemm_keys else []
-    warm_flags = keys + (["--compile-factors-first"] if args.compile_factors_first else [])
+    bake_flags = ["--deep-gemm-keys"] if args.deep_gemm_keys else []
+    warm_flags = bake_flags + (["--compile-factors-first"] if args.compile_factors_first else [])
 
     for name in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR"):
         os.environ.pop(name, None)
@@ -62,7 +62,7 @@ def main() -> None:
         "changed": tilelang_site.patched_site("0.1.15", args.patch),
     }
     os.environ["HOME"] = tempfile.mkdtemp(prefix="bench-cpu-bake-")
-    cold = _registry_warmup(sites["released"], keys)
+    cold = _registry_warmup(sites["released"], bake_flags)
     print(f"bake, released TileLang: {cold}", flush=True)
     warm: dict[str, list[float]] = {name: [] for name in sites}
     for _ in range(args.rounds):

@@ -38,7 +38,6 @@ MHC_KERNELS = (
 )
 # DeepGEMM's tf32 prenorm GEMM (the 12th kernel) is not JIT-compiled by
 # vLLM's TileLang / Triton path and has no row here.
-
 FIELDS = {"kernel", "runtime_keys", "warmed_keys", "missing", "wasted", "group"}
 
 

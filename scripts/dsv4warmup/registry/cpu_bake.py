@@ -21,7 +21,8 @@ server will read from: a Triton cache entry lists its files by absolute path.
 ``python -m dsv4warmup.registry.cpu_bake [--no-tilelang | --deep-gemm-keys]
 [--key-log FILE [--keys-only]] [--compile-factors-first]`` in an interpreter
 that imports the tree, with the server's Python, Triton and TileLang (Triton's
-key hashes its installed binary, one per Python); prints one JSON line (builds and disk reads per backend, seconds).
+key hashes its installed binary, one per Python); prints one JSON line (builds
+and disk reads per backend, seconds).
 ``--key-log`` logs every part of every cache key (:mod:`.cache_keys`);
 ``--keys-only`` logs the TileLang group's keys and builds nothing.
 ``--compile-factors-first`` computes, untimed, what a serving start with
