@@ -84,6 +84,42 @@ class Patch:
                 out.append(m.group(2))
         return out
 
+    def changed_lines(self, rel: str) -> tuple[list[str], list[str]]:
+        """The lines this patch removes from and adds to file ``rel``, read
+        hunk by hunk with the hunk headers' line counts (so a removed line
+        that starts with ``--`` is not taken for a header)."""
+        removed: list[str] = []
+        added: list[str] = []
+        for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):
+            m = _DIFF_HEADER.match(block)
+            if not m or m.group(2) != rel:
+                continue
+            lines = block.splitlines()
+            i = 0
+            while i < len(lines):
+                h = _HUNK.match(lines[i])
+                i += 1
+                if not h:
+                    continue
+                old_left = int(h.group(2) or 1)
+                new_left = int(h.group(4) or 1)
+                while (old_left or new_left) and i < len(lines):
+                    line = lines[i]
+                    i += 1
+                    if line.startswith("\\"):  # "\ No newline at end of file"
+                        continue
+                    tag, text = line[:1], line[1:]
+                    if tag == "-":
+                        removed.append(text)
+                        old_left -= 1
+                    elif tag == "+":
+                        added.append(text)
+                        new_left -= 1
+                    else:
+                        old_left -= 1
+                        new_left -= 1
+        return removed, added
+
     def hunks(self) -> list[Hunk]:
         out: list[Hunk] = []
         for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):

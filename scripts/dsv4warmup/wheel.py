@@ -6,7 +6,11 @@ sha256-verified against the table below). The wheel is unpacked with
 ``wheel unpack``; the ``vllm/`` part of every patch is applied to its Python
 files (the patches' ``vllm/...`` paths are the wheel's layout) and the
 overlay's ``vllm/`` files are added (its ``tests/`` files, and patch hunks on
-files outside ``vllm/``, are not part of a wheel). ``wheel pack
+other files outside ``vllm/``, are not part of a wheel). A patch's change to a
+requirement line of ``requirements/common.txt`` or ``requirements/cuda.txt``
+(what setup.py makes a CUDA wheel's install requirements of) is made to the
+wheel's ``Requires-Dist``, so ``pip install`` gets what the series pins
+(0.34.0's TileLang bump). ``wheel pack
 --local-version`` renames the ``.dist-info`` folder, rewrites ``METADATA``'s
 version and writes a fresh ``RECORD``; the result is checked by
 :func:`verify_record` before it lands in ``dist/``.
@@ -34,7 +38,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from . import series as series_mod
@@ -250,6 +255,108 @@ def _carries_series(root: Path, series: series_mod.Series) -> bool:
     return _scratch_run(root, series, reverse=True)[1] is None
 
 
+# --------------------------------------------------------------------------
+# Install requirements
+
+# setup.py's install requirements of a CUDA build: requirements/cuda.txt, which
+# includes common.txt.
+REQUIREMENT_FILES = ("requirements/common.txt", "requirements/cuda.txt")
+_REQUIRES = "Requires-Dist:"
+
+
+def _requirements(lines: list[str]) -> list[Requirement]:
+    """The requirements among requirement-file lines, read as setuptools reads
+    setup.py's list: no blank, comment, ``-r`` or ``--`` option lines, an
+    inline `` #`` comment dropped."""
+    out = []
+    for line in lines:
+        text = line.strip()
+        if not text or text.startswith(("#", "-")):
+            continue
+        out.append(Requirement(text.split(" #", 1)[0].strip()))
+    return out
+
+
+def _same(a: Requirement, b: Requirement) -> bool:
+    return (
+        canonicalize_name(a.name) == canonicalize_name(b.name)
+        and a.extras == b.extras
+        and a.specifier == b.specifier
+        and a.url == b.url
+        and str(a.marker or "") == str(b.marker or "")
+    )
+
+
+def _requires_dist(metadata: str) -> list[str]:
+    head = metadata.split("\n\n", 1)[0]
+    return [ln[len(_REQUIRES) :].strip() for ln in head.splitlines() if ln.startswith(_REQUIRES)]
+
+
+def requirement_changes(
+    metadata: str, series: series_mod.Series, label: str
+) -> tuple[str, list[str]]:
+    """``metadata`` (a METADATA file's text) with each patch's requirement
+    changes, in series order, made to its ``Requires-Dist`` lines: a changed
+    requirement keeps its line's place, a new one goes after the last. Also
+    one line per change, for the summary. Raises WheelError when a
+    requirement a patch changes is not what the wheel declares."""
+    head, sep, body = metadata.partition("\n\n")
+    lines: list[str | None] = list(head.split("\n"))
+    notes: list[str] = []
+    for patch in series.patches:
+        for rel in REQUIREMENT_FILES:
+            if rel not in patch.files:
+                continue
+            try:
+                removed, added = map(_requirements, patch.changed_lines(rel))
+            except InvalidRequirement as e:
+                raise WheelError(f"{patch.name}: {rel}: {e}") from None
+            place: dict[str, int] = {}
+            for req in removed:
+                declared = [
+                    i
+                    for i, ln in enumerate(lines)
+                    if ln is not None
+                    and ln.startswith(_REQUIRES)
+                    and _same(Requirement(ln[len(_REQUIRES) :].strip()), req)
+                ]
+                if not declared:
+                    same_name = [
+                        ln[len(_REQUIRES) :].strip()
+                        for ln in lines
+                        if ln is not None
+                        and ln.startswith(_REQUIRES)
+                        and canonicalize_name(Requirement(ln[len(_REQUIRES) :].strip()).name)
+                        == canonicalize_name(req.name)
+                    ]
+                    have = ", ".join(same_name) or f"nothing of {req.name}"
+                    raise WheelError(
+                        f"refusing {label}: {patch.name} changes {req} in {rel}, but the "
+                        f"wheel does not require it (its METADATA requires {have}); "
+                        "build from the official wheel of the release"
+                    )
+                place[canonicalize_name(req.name)] = declared[0]
+                lines[declared[0]] = None
+            for req in added:
+                line = f"{_REQUIRES} {req}"
+                at = place.pop(canonicalize_name(req.name), None)
+                if at is None:
+                    last = max(
+                        (i for i, ln in enumerate(lines) if ln and ln.startswith(_REQUIRES)),
+                        default=len(lines) - 1,
+                    )
+                    lines.insert(last + 1, line)
+                else:
+                    lines[at] = line
+            old = {canonicalize_name(r.name): str(r) for r in removed}
+            for req in added:
+                was = old.pop(canonicalize_name(req.name), None)
+                notes.append(f"{was or '(new)'} -> {req}  ({rel}, {patch.name})")
+            notes += [f"{was} -> (removed)  ({rel}, {patch.name})" for was in old.values()]
+    text = "\n".join(ln for ln in lines if ln is not None)
+    return text + sep + body, notes
+
+
 @dataclass
 class Plan:
     contents: dict[str, bytes | None]
@@ -257,6 +364,8 @@ class Plan:
     added: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # not part of a wheel
     warnings: list[str] = field(default_factory=list)
+    metadata: str | None = None  # METADATA with the series' requirements
+    requirements: list[str] = field(default_factory=list)  # one line per change
 
 
 def plan(root: Path, series: series_mod.Series, label: str) -> Plan:
@@ -286,9 +395,19 @@ def plan(root: Path, series: series_mod.Series, label: str) -> Plan:
             raise WheelError(f"refusing {label}: overlay file {rel} already exists in it")
         result.contents[rel] = data
         result.added.append(rel)
-    result.left_out += sorted({f for f in series.touched_files if not _in_wheel(f)})
+    if any(rel in series.touched_files for rel in REQUIREMENT_FILES):
+        metadata = _metadata_file(root).read_text()
+        result.metadata, result.requirements = requirement_changes(metadata, series, label)
+    result.left_out += sorted(
+        {f for f in series.touched_files if not _in_wheel(f) and f not in REQUIREMENT_FILES}
+    )
     result.warnings = _drift(root, series)
     return result
+
+
+def _metadata_file(root: Path) -> Path:
+    (dist_info,) = [d for d in root.iterdir() if d.name.endswith(".dist-info")]
+    return dist_info / "METADATA"
 
 
 def _drift(root: Path, series: series_mod.Series) -> list[str]:
@@ -356,8 +475,7 @@ def _keep_filename_tags(root: Path, filename: str) -> None:
     ``manylinux_2_28_x86_64``: make WHEEL say what the file name says, so the
     patched wheel keeps the official platform tag."""
     tags = sorted(str(t) for t in parse_wheel_filename(filename)[3])
-    (dist_info,) = [d for d in root.iterdir() if d.name.endswith(".dist-info")]
-    wheel_file = dist_info / "WHEEL"
+    wheel_file = _metadata_file(root).with_name("WHEEL")
     lines = wheel_file.read_text().splitlines()
     have = sorted(line.split(":", 1)[1].strip() for line in lines if line.startswith("Tag:"))
     if have == tags:
@@ -405,6 +523,8 @@ def build(wheel: Path | None = None, base: str | None = None, dest: Path = DIST)
             raise WheelError(f"{wheel.name} has no vllm/ package folder")
         result = plan(root, series, wheel.name)
         _write(root, result.contents)
+        if result.metadata is not None:
+            _metadata_file(root).write_text(result.metadata)
         _keep_filename_tags(root, wheel.name)
         (work / "out").mkdir()
         _wheel_cli("pack", "--local-version", label, "-d", str(work / "out"), str(root))
@@ -434,6 +554,10 @@ def _check_contents(whl: Path, result: Plan) -> None:
         stray = sorted(n for n in names if n.startswith("tests/"))
         if stray:
             raise WheelError(f"{whl.name}: carries test files {stray[:3]}")
+        if result.metadata is not None:
+            packed = zf.read(f"{_dist_info_dir(zf)}/METADATA").decode()
+            if _requires_dist(packed) != _requires_dist(result.metadata):
+                raise WheelError(f"{whl.name}: METADATA lost the series' requirements")
 
 
 def summary(built: Built) -> str:
@@ -444,6 +568,7 @@ def summary(built: Built) -> str:
     ]
     lines += [f"  patched  {rel}" for rel in p.patched]
     lines += [f"  added    {rel}" for rel in p.added]
+    lines += [f"  requires {change}" for change in p.requirements]
     if p.left_out:
         lines.append("  not part of a wheel (left out): " + ", ".join(p.left_out))
     lines.append(

@@ -2,8 +2,10 @@
 
 The fast tests build a small synthetic "official" vLLM wheel and a synthetic
 series in tmp dirs (paths.py reads DSV4_PATCHES_DIR / DSV4_OVERLAY_DIR at
-import, so the command runs in a subprocess). The slow test runs the real
-series on the real official 0.26.0 x86_64 wheel.
+import, so the command runs in a subprocess); a second synthetic series changes
+the requirement files setup.py reads. The slow test runs the real series on
+the real official x86_64 wheel of each base (the frozen ones with
+``make test-frozen``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import pytest
 from dsv4warmup import series as series_mod
 from dsv4warmup import trees
 from dsv4warmup import wheel as wheel_mod
-from helpers import git
+from helpers import base_params, git
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = r"dsv4warmup\.\d+\.g[0-9a-f]{8}"
@@ -101,16 +105,20 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"tmp": tmp, "patches": patches, "overlay": overlay, "official": official}
 
 
-def make_wheel(dest: Path, name: str, version: str, files: dict[str, str]) -> Path:
+def make_wheel(
+    dest: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
+) -> Path:
     """A wheel laid out like vLLM's (vllm/ + dist-info), packed with `wheel pack`;
-    no dependencies declared. tests/ files are not part of it."""
+    ``requires`` its Requires-Dist lines. tests/ files are not part of it."""
     root = dest / f"{name}-{version}"
     _write(root, {rel: text for rel, text in files.items() if rel.startswith("vllm/")})
     info = root / f"{name}-{version}.dist-info"
+    requires_dist = "".join(f"Requires-Dist: {r}\n" for r in requires)
     _write(
         info,
         {
-            "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: synthetic\n",
+            "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            f"Summary: synthetic\n{requires_dist}\nThe description.\nRequires-Dist: prose\n",
             "WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         },
     )
@@ -352,7 +360,132 @@ def test_verify_wheel_command(synthetic: dict[str, Path], built: Path) -> None:
 
 
 # --------------------------------------------------------------------------
-# The real thing: official 0.26.0 x86_64 wheel + the real series
+# Requirement changes: setup.py's requirement files -> METADATA's Requires-Dist
+
+REQ_PRISTINE = {
+    "requirements/common.txt": "regex\nnumpy >= 1.26\n",
+    "requirements/cuda.txt": (
+        "# CUDA\n-r common.txt\n--extra-index-url https://example.invalid/simple\n\n"
+        "toy-kernels == 0.1.0 # the toy's kernels\n"
+        'torch == 2.0; platform_machine == "x86_64"\n'
+    ),
+}
+REQ_PATCHED = {
+    "requirements/common.txt": "numpy >= 1.26\n",
+    "requirements/cuda.txt": (
+        "# CUDA\n-r common.txt\n\n"
+        "toy-kernels == 0.2.0 # the toy's kernels\n"
+        'torch == 2.0; platform_machine == "x86_64"\n'
+        "toy-extras >= 1.0\n"
+    ),
+}
+# What setuptools writes for REQ_PRISTINE, and an optional dependency.
+REQUIRES = (
+    "regex",
+    "numpy>=1.26",
+    "toy-kernels==0.1.0",
+    'torch==2.0; platform_machine == "x86_64"',
+    'pytest; extra == "test"',
+)
+
+
+@pytest.fixture(scope="module")
+def requirements_series(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A v0.26.0 series of two patches: 0001 the vllm/ edit, 0002 a change to
+    both requirement files (a pin bumped, one requirement dropped, one added,
+    an index option dropped)."""
+    tmp = tmp_path_factory.mktemp("requirements")
+    dev = tmp / "dev"
+    _write(dev, {**PRISTINE, **REQ_PRISTINE})
+    git(dev, "init", "-q")
+    git(dev, "add", "-A")
+    git(dev, "commit", "-q", "-m", "pristine")
+    _write(dev, {"vllm/models/deepseek_v4/sparse_mla.py": PATCHED_SPARSE})
+    git(dev, "commit", "-q", "-a", "-s", "-m", "[Kernel] Zero-init the metadata\n\nWhy.")
+    _write(dev, REQ_PATCHED)
+    git(dev, "commit", "-q", "-a", "-s", "-m", "[CI/Build] Bump the toy kernels\n\nWhy.")
+    patches = tmp / "patches"
+    (patches / "v0.26.0").mkdir(parents=True)
+    names = ["0001-zero-init.patch", "0002-bump-toy-kernels.patch"]
+    for n, name in enumerate(names):
+        rev = f"HEAD~{1 - n}"
+        mail = git(dev, "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", rev)
+        (patches / "v0.26.0" / name).write_text(mail)
+    (patches / "v0.26.0" / "series").write_text("".join(f"{n}\n" for n in names))
+    (tmp / "overlay").mkdir()
+    return {"tmp": tmp, "patches": patches, "overlay": tmp / "overlay"}
+
+
+def test_changed_lines_follow_the_hunk_counts(requirements_series: dict[str, Path]) -> None:
+    patch = series_mod.Patch(requirements_series["patches"] / "v0.26.0/0002-bump-toy-kernels.patch")
+    removed, added = patch.changed_lines("requirements/cuda.txt")
+    # "---extra-index-url" in the mail is a removed line, not a file header
+    assert removed == [
+        "--extra-index-url https://example.invalid/simple",
+        "toy-kernels == 0.1.0 # the toy's kernels",
+    ]
+    assert added == ["toy-kernels == 0.2.0 # the toy's kernels", "toy-extras >= 1.0"]
+    assert patch.changed_lines("requirements/common.txt") == (["regex"], [])
+    assert patch.changed_lines("vllm/models/deepseek_v4/sparse_mla.py") == ([], [])
+
+
+def _requires_dist(whl: Path) -> list[str]:
+    with zipfile.ZipFile(whl) as zf:
+        head = zf.read(f"{wheel_mod.read_info(whl).dist_info}/METADATA").decode()
+    head = head.split("\n\n", 1)[0]
+    return [
+        ln.split(":", 1)[1].strip() for ln in head.splitlines() if ln.startswith("Requires-Dist:")
+    ]
+
+
+def test_requirement_changes_reach_requires_dist(
+    requirements_series: dict[str, Path], tmp_path: Path
+) -> None:
+    official = make_wheel(tmp_path / "official", "vllm", "0.26.0", PRISTINE, REQUIRES)
+    dest = tmp_path / "dist"
+    res = run_wheel(requirements_series, "--wheel", str(official), "--dest", str(dest))
+    assert res.returncode == 0, res.stderr
+    (whl,) = dest.glob("*.whl")
+    assert _requires_dist(whl) == [
+        "numpy>=1.26",
+        "toy-kernels==0.2.0",  # in its place
+        'torch==2.0; platform_machine == "x86_64"',
+        'pytest; extra == "test"',
+        "toy-extras>=1.0",
+    ]
+    with zipfile.ZipFile(whl) as zf:  # the description is not METADATA's header
+        assert (
+            "Requires-Dist: prose"
+            in zf.read(f"{wheel_mod.read_info(whl).dist_info}/METADATA").decode()
+        )
+    assert wheel_mod.verify_record(whl) == []
+    bump = "0002-bump-toy-kernels.patch"
+    assert f"requires regex -> (removed)  (requirements/common.txt, {bump})" in res.stdout
+    assert (
+        f"requires toy-kernels==0.1.0 -> toy-kernels==0.2.0  (requirements/cuda.txt, {bump})"
+        in res.stdout
+    )
+    assert f"requires (new) -> toy-extras>=1.0  (requirements/cuda.txt, {bump})" in res.stdout
+    assert "not part of a wheel" not in res.stdout
+
+
+def test_a_wheel_that_does_not_require_the_changed_pin_is_refused(
+    requirements_series: dict[str, Path], tmp_path: Path
+) -> None:
+    other_pin = tuple(r.replace("0.1.0", "0.0.9") for r in REQUIRES)
+    official = make_wheel(tmp_path / "official", "vllm", "0.26.0", PRISTINE, other_pin)
+    dest = tmp_path / "dist"
+    res = run_wheel(requirements_series, "--wheel", str(official), "--dest", str(dest))
+    assert res.returncode == 1
+    assert (
+        "0002-bump-toy-kernels.patch changes toy-kernels==0.1.0 in requirements/cuda.txt, "
+        "but the wheel does not require it (its METADATA requires toy-kernels==0.0.9)"
+    ) in res.stderr
+    assert not dest.exists()
+
+
+# --------------------------------------------------------------------------
+# The real thing: official x86_64 wheels + the real series
 
 
 @pytest.fixture
@@ -362,16 +495,43 @@ def big_tmp(tmp_path: Path):
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+def _setup_requirements(tree: Path) -> dict[str, str]:
+    """What setup.py reads from a CUDA tree's requirement files, by project."""
+    out = {}
+    for rel in ("requirements/common.txt", "requirements/cuda.txt"):
+        for line in (tree / rel).read_text().splitlines():
+            text = line.split(" #")[0].strip()
+            if text and not text.startswith(("#", "-")):
+                req = Requirement(text)
+                out[canonicalize_name(req.name)] = str(req)
+    return out
+
+
 @pytest.mark.slow
-def test_real_official_wheel(big_tmp: Path) -> None:
-    if "0.26.0" not in series_mod.available_bases():
-        pytest.skip("the real patches/v0.26.0 series does not exist yet")
+@pytest.mark.parametrize("base", base_params(["0.34.0", "0.26.0"]))
+def test_real_official_wheel(base: str, big_tmp: Path) -> None:
+    if base not in series_mod.available_bases():
+        pytest.skip(f"the real patches/v{base} series does not exist yet")
     tmp_path = big_tmp
-    official = wheel_mod.official_wheel("0.26.0")  # cached under .cache/wheel/
-    built = wheel_mod.build(official, "0.26.0", tmp_path / "dist")
+    official = wheel_mod.official_wheel(base)  # cached under .cache/wheel/
+    built = wheel_mod.build(official, base, tmp_path / "dist")
     assert wheel_mod.verify_record(built.path) == []
     assert built.path.name.endswith("-cp38-abi3-manylinux_2_28_x86_64.whl")
     assert str(wheel_mod.read_info(built.path).version) == built.version
+    # pip installs what the series pins: Requires-Dist is the official one with
+    # each requirement the patched tree's requirement files change, changed
+    s = series_mod.load(base)
+    before = _setup_requirements(trees.pristine_tree(base))
+    after = _setup_requirements(trees.patched_tree(base))
+    want = [
+        after.get(n, "") if before.get(n) == r and after.get(n) != r else r
+        for r in _requires_dist(official)
+        for n in [canonicalize_name(Requirement(r).name)]
+    ]
+    want = [r for r in want if r] + [r for n, r in after.items() if n not in before]
+    assert _requires_dist(built.path) == want
+    if base == "0.34.0":  # its TileLang bump (0012)
+        assert "tilelang==0.1.15" in want and "tilelang==0.1.12" not in want
 
     # Install next to (in front of) this env's packages: torch, triton and
     # vLLM's pure dependencies come from here, vllm from the patched wheel.
@@ -388,8 +548,7 @@ def test_real_official_wheel(big_tmp: Path) -> None:
     )
 
     # Installed files are byte-identical to the patched source tree's.
-    patched = trees.patched_tree("0.26.0")
-    s = series_mod.load("0.26.0")
+    patched = trees.patched_tree(base)
     wanted = [f for f in [*s.touched_files, *s.overlay_files] if f.startswith("vllm/")]
     assert wanted
     for rel in wanted:
