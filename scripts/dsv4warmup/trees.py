@@ -68,6 +68,9 @@ def python_env(tree: Path, toolchain: list[Path] | None = None) -> dict[str, str
     package). ``toolchain``: folders put first on ``PYTHONPATH`` instead of the
     tree's base's (``toolchains``)."""
     env = dict(os.environ, DSV4_VLLM_TREE=str(tree))
+    # The trees are generated folders: let each interpreter leave their
+    # bytecode for the next (recompiling vLLM's modules is ~1 s of every import).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # vLLM caches model inspection per model class, hashed over the model's
     # package: pristine and patched trees would evict each other's entries.
     env.setdefault("VLLM_CACHE_ROOT", str(tree.parent / f"{tree.name}.vllm-cache"))

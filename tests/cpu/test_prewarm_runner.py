@@ -46,11 +46,20 @@ def _run(tmp_path: Path, variant: str, runner: str, **env: str) -> subprocess.Co
     )
 
 
+@pytest.fixture(scope="module")
+def flash_v2(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
+    """The plain Flash / V2 run, which three tests read (about 20 s a run)."""
+    return _run(tmp_path_factory.mktemp("flash-v2"), "flash", "v2")
+
+
 @pytest.mark.parametrize("variant,runner", [("flash", "v2"), ("flash", "v1"), ("pro", "v2")])
 def test_runner_gets_the_command_through_on_the_lab(
-    tmp_path: Path, variant: str, runner: str
+    tmp_path: Path, variant: str, runner: str, request: pytest.FixtureRequest
 ) -> None:
-    res = _run(tmp_path, variant, runner)
+    if (variant, runner) == ("flash", "v2"):
+        res = request.getfixturevalue("flash_v2")
+    else:
+        res = _run(tmp_path, variant, runner)
     assert res.returncode == 0, res.stderr[-4000:]
     # What the lab lacks (the lab has cuda.bindings; this machine has not).
     stood_in = next(x for x in res.stderr.splitlines() if x.startswith("lab: stand-ins for "))
@@ -61,7 +70,9 @@ def test_runner_gets_the_command_through_on_the_lab(
     assert SERIES_KERNELS <= {k["name"] for k in summary["kernels"]}
 
 
-def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
+def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(
+    tmp_path: Path, flash_v2: subprocess.CompletedProcess
+) -> None:
     """``DSV4_DEEP_GEMM_KEYS=1`` where DeepGEMM is missing: the mHC epilogue
     keys follow DeepGEMM's split counts and the TileLang pre-norm GEMM (the
     fallback without DeepGEMM) is not registered; without it, the lab's own."""
@@ -74,7 +85,7 @@ def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
 
     with_dg = _run(tmp_path / "dg", "flash", "v2", **{DEEP_GEMM_KEYS_ENV: "1"})
     assert "lab: DeepGEMM answered present" in with_dg.stderr
-    lab = _run(tmp_path / "lab", "flash", "v2")
+    lab = flash_v2
     assert "DeepGEMM answered" not in lab.stderr
     dg, own = keys(with_dg), keys(lab)
     assert "HcPrenormGemmTileLangKernel" not in dg and own["HcPrenormGemmTileLangKernel"] > 0
@@ -85,7 +96,9 @@ def test_deep_gemm_keys_are_a_deep_gemm_deployment_s(tmp_path: Path) -> None:
     }
 
 
-def test_model_kernels_only_warms_those_kernels_with_all_their_keys(tmp_path: Path) -> None:
+def test_model_kernels_only_warms_those_kernels_with_all_their_keys(
+    tmp_path: Path, flash_v2: subprocess.CompletedProcess
+) -> None:
     """``DSV4_WARM_MODEL_KERNELS_ONLY=1``: the registry lists (and so warms) the
     model-specific kernels with every key a full run has for them, and nothing else;
     the full run (the control) has other kernels, which it drops."""
@@ -101,7 +114,7 @@ def test_model_kernels_only_warms_those_kernels_with_all_their_keys(tmp_path: Pa
         return {k["name"]: (k["backend"], k["keys"]) for k in summary["kernels"]}
 
     model_res = _run(tmp_path / "model", "flash", "v2", **{MODEL_KERNELS_ONLY_ENV: "1"})
-    model, full = kernels(model_res), kernels(_run(tmp_path / "full", "flash", "v2"))
+    model, full = kernels(model_res), kernels(flash_v2)
     assert f"of {len(full)} kernels)" in model_res.stderr
     # the model-specific kernels, each with all of its keys
     assert model == {name: full[name] for name in model}
