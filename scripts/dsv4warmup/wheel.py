@@ -301,7 +301,14 @@ def requirement_changes(
     one line per change, for the summary. Raises WheelError when a
     requirement a patch changes is not what the wheel declares."""
     head, sep, body = metadata.partition("\n\n")
-    lines: list[str | None] = list(head.split("\n"))
+    # header lines, each Requires-Dist one with its requirement; None: removed
+    lines: list[tuple[str, Requirement | None] | None] = []
+    for ln in head.split("\n"):
+        text = ln[len(_REQUIRES) :].strip() if ln.startswith(_REQUIRES) else None
+        try:
+            lines.append((ln, Requirement(text) if text is not None else None))
+        except InvalidRequirement as e:
+            raise WheelError(f"refusing {label}: its METADATA has {ln!r}: {e}") from None
     notes: list[str] = []
     for patch in series.patches:
         for rel in REQUIREMENT_FILES:
@@ -311,49 +318,37 @@ def requirement_changes(
                 removed, added = map(_requirements, patch.changed_lines(rel))
             except InvalidRequirement as e:
                 raise WheelError(f"{patch.name}: {rel}: {e}") from None
+            declared = [(i, entry[1]) for i, entry in enumerate(lines) if entry and entry[1]]
             place: dict[str, int] = {}
             for req in removed:
-                declared = [
-                    i
-                    for i, ln in enumerate(lines)
-                    if ln is not None
-                    and ln.startswith(_REQUIRES)
-                    and _same(Requirement(ln[len(_REQUIRES) :].strip()), req)
-                ]
-                if not declared:
-                    same_name = [
-                        ln[len(_REQUIRES) :].strip()
-                        for ln in lines
-                        if ln is not None
-                        and ln.startswith(_REQUIRES)
-                        and canonicalize_name(Requirement(ln[len(_REQUIRES) :].strip()).name)
-                        == canonicalize_name(req.name)
-                    ]
-                    have = ", ".join(same_name) or f"nothing of {req.name}"
+                at = next((i for i, have in declared if _same(have, req)), None)
+                if at is None:
+                    name = canonicalize_name(req.name)
+                    same_name = [str(h) for _, h in declared if canonicalize_name(h.name) == name]
                     raise WheelError(
                         f"refusing {label}: {patch.name} changes {req} in {rel}, but the "
-                        f"wheel does not require it (its METADATA requires {have}); "
+                        "wheel does not require it (its METADATA requires "
+                        f"{', '.join(same_name) or f'nothing of {req.name}'}); "
                         "build from the official wheel of the release"
                     )
-                place[canonicalize_name(req.name)] = declared[0]
-                lines[declared[0]] = None
-            for req in added:
-                line = f"{_REQUIRES} {req}"
+                place[canonicalize_name(req.name)] = at
+                lines[at] = None
+            new = []
+            for req in added:  # changed ones in their places first: inserting shifts them
                 at = place.pop(canonicalize_name(req.name), None)
                 if at is None:
-                    last = max(
-                        (i for i, ln in enumerate(lines) if ln and ln.startswith(_REQUIRES)),
-                        default=len(lines) - 1,
-                    )
-                    lines.insert(last + 1, line)
+                    new.append(req)
                 else:
-                    lines[at] = line
-            old = {canonicalize_name(r.name): str(r) for r in removed}
+                    lines[at] = (f"{_REQUIRES} {req}", req)
+            for req in new:
+                last = max((i for i, e in enumerate(lines) if e and e[1]), default=len(lines) - 1)
+                lines.insert(last + 1, (f"{_REQUIRES} {req}", req))
+            was = {canonicalize_name(r.name): str(r) for r in removed}
             for req in added:
-                was = old.pop(canonicalize_name(req.name), None)
-                notes.append(f"{was or '(new)'} -> {req}  ({rel}, {patch.name})")
-            notes += [f"{was} -> (removed)  ({rel}, {patch.name})" for was in old.values()]
-    text = "\n".join(ln for ln in lines if ln is not None)
+                old = was.pop(canonicalize_name(req.name), "(new)")
+                notes.append(f"{old} -> {req}  ({rel}, {patch.name})")
+            notes += [f"{old} -> (removed)  ({rel}, {patch.name})" for old in was.values()]
+    text = "\n".join(entry[0] for entry in lines if entry is not None)
     return text + sep + body, notes
 
 

@@ -373,19 +373,19 @@ REQ_PRISTINE = {
 REQ_PATCHED = {
     "requirements/common.txt": "numpy >= 1.26\n",
     "requirements/cuda.txt": (
-        "# CUDA\n-r common.txt\n\n"
+        "# CUDA\n-r common.txt\n\ntoy-extras >= 1.0\n"
         "toy-kernels == 0.2.0 # the toy's kernels\n"
         'torch == 2.0; platform_machine == "x86_64"\n'
-        "toy-extras >= 1.0\n"
     ),
 }
-# What setuptools writes for REQ_PRISTINE, and an optional dependency.
+# What setuptools writes for REQ_PRISTINE and an optional dependency; the
+# changed pin last (a new requirement goes after it, not over it).
 REQUIRES = (
     "regex",
     "numpy>=1.26",
-    "toy-kernels==0.1.0",
-    'torch==2.0; platform_machine == "x86_64"',
     'pytest; extra == "test"',
+    'torch==2.0; platform_machine == "x86_64"',
+    "toy-kernels==0.1.0",
 )
 
 
@@ -424,7 +424,7 @@ def test_changed_lines_follow_the_hunk_counts(requirements_series: dict[str, Pat
         "--extra-index-url https://example.invalid/simple",
         "toy-kernels == 0.1.0 # the toy's kernels",
     ]
-    assert added == ["toy-kernels == 0.2.0 # the toy's kernels", "toy-extras >= 1.0"]
+    assert added == ["toy-extras >= 1.0", "toy-kernels == 0.2.0 # the toy's kernels"]
     assert patch.changed_lines("requirements/common.txt") == (["regex"], [])
     assert patch.changed_lines("vllm/models/deepseek_v4/sparse_mla.py") == ([], [])
 
@@ -448,9 +448,9 @@ def test_requirement_changes_reach_requires_dist(
     (whl,) = dest.glob("*.whl")
     assert _requires_dist(whl) == [
         "numpy>=1.26",
-        "toy-kernels==0.2.0",  # in its place
-        'torch==2.0; platform_machine == "x86_64"',
         'pytest; extra == "test"',
+        'torch==2.0; platform_machine == "x86_64"',
+        "toy-kernels==0.2.0",  # in its place
         "toy-extras>=1.0",
     ]
     with zipfile.ZipFile(whl) as zf:  # the description is not METADATA's header
