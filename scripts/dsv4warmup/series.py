@@ -75,14 +75,20 @@ class Patch:
     def files(self) -> list[str]:
         return [b for _, b in _DIFF_HEADER.findall(self.text)]
 
-    @property
-    def new_files(self) -> list[str]:
+    def _file_diffs(self) -> list[tuple[str, str]]:
+        """(path, its ``diff --git`` block) per file the patch changes."""
         out = []
         for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):
             m = _DIFF_HEADER.match(block)
-            if m and re.search(r"^new file mode", block, re.M):
-                out.append(m.group(2))
+            if m:
+                out.append((m.group(2), block))
         return out
+
+    @property
+    def new_files(self) -> list[str]:
+        return [
+            path for path, block in self._file_diffs() if re.search(r"^new file mode", block, re.M)
+        ]
 
     def changed_lines(self, rel: str) -> tuple[list[str], list[str]]:
         """The lines this patch removes from and adds to file ``rel``, read
@@ -90,9 +96,8 @@ class Patch:
         that starts with ``--`` is not taken for a header)."""
         removed: list[str] = []
         added: list[str] = []
-        for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):
-            m = _DIFF_HEADER.match(block)
-            if not m or m.group(2) != rel:
+        for path, block in self._file_diffs():
+            if path != rel:
                 continue
             lines = block.splitlines()
             i = 0
@@ -121,14 +126,11 @@ class Patch:
         return removed, added
 
     def hunks(self) -> list[Hunk]:
-        out: list[Hunk] = []
-        for block in re.split(r"(?=^diff --git )", self.text, flags=re.M):
-            m = _DIFF_HEADER.match(block)
-            if not m:
-                continue
-            for h in _HUNK.finditer(block):
-                out.append(Hunk(m.group(2), h.group(0), int(h.group(1)), int(h.group(2) or 1)))
-        return out
+        return [
+            Hunk(path, h.group(0), int(h.group(1)), int(h.group(2) or 1))
+            for path, block in self._file_diffs()
+            for h in _HUNK.finditer(block)
+        ]
 
 
 @dataclass
