@@ -391,7 +391,7 @@ def plan(root: Path, series: series_mod.Series, label: str) -> Plan:
         result.contents[rel] = data
         result.added.append(rel)
     if any(rel in series.touched_files for rel in REQUIREMENT_FILES):
-        metadata = _metadata_file(root).read_text()
+        metadata = (_dist_info(root) / "METADATA").read_text()
         result.metadata, result.requirements = requirement_changes(metadata, series, label)
     result.left_out += sorted(
         {f for f in series.touched_files if not _in_wheel(f) and f not in REQUIREMENT_FILES}
@@ -400,9 +400,10 @@ def plan(root: Path, series: series_mod.Series, label: str) -> Plan:
     return result
 
 
-def _metadata_file(root: Path) -> Path:
+def _dist_info(root: Path) -> Path:
+    """The ``.dist-info`` folder of the wheel unpacked at ``root``."""
     (dist_info,) = [d for d in root.iterdir() if d.name.endswith(".dist-info")]
-    return dist_info / "METADATA"
+    return dist_info
 
 
 def _drift(root: Path, series: series_mod.Series) -> list[str]:
@@ -470,7 +471,7 @@ def _keep_filename_tags(root: Path, filename: str) -> None:
     ``manylinux_2_28_x86_64``: make WHEEL say what the file name says, so the
     patched wheel keeps the official platform tag."""
     tags = sorted(str(t) for t in parse_wheel_filename(filename)[3])
-    wheel_file = _metadata_file(root).with_name("WHEEL")
+    wheel_file = _dist_info(root) / "WHEEL"
     lines = wheel_file.read_text().splitlines()
     have = sorted(line.split(":", 1)[1].strip() for line in lines if line.startswith("Tag:"))
     if have == tags:
@@ -519,7 +520,7 @@ def build(wheel: Path | None = None, base: str | None = None, dest: Path = DIST)
         result = plan(root, series, wheel.name)
         _write(root, result.contents)
         if result.metadata is not None:
-            _metadata_file(root).write_text(result.metadata)
+            (_dist_info(root) / "METADATA").write_text(result.metadata)
         _keep_filename_tags(root, wheel.name)
         (work / "out").mkdir()
         _wheel_cli("pack", "--local-version", label, "-d", str(work / "out"), str(root))
